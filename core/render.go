@@ -1,0 +1,211 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/vigilrun/vigil/chat"
+)
+
+// renderItems turns inbox items into the user content the model reads.
+func (st *stepper) renderItems(items []*Item) []chat.Block {
+	out := make([]chat.Block, 0, len(items))
+	for _, it := range items {
+		out = append(out, chat.Text(RenderItem(st.s, it)))
+	}
+	return out
+}
+
+// RenderItem renders one inbox item as the model sees it.
+func RenderItem(s *State, it *Item) string {
+	switch it.Kind {
+	case KindMessage:
+		from := it.From
+		if a := s.Agents[AgentID(from)]; a != nil {
+			from = a.Name + " (" + string(a.ID) + ")"
+		}
+		return fmt.Sprintf("<agent-message id=%q from=%q priority=%q>\n%s\n</agent-message>", it.Msg, from, it.Priority, it.Text)
+	case KindNotification:
+		if it.Note != nil {
+			if n := s.Note(*it.Note); n != nil {
+				return renderNote(n)
+			}
+		}
+		return "<task-notification/>"
+	case KindTimer:
+		return fmt.Sprintf("<scheduled-wakeup id=%q>\n%s\n</scheduled-wakeup>", it.Timer, it.Text)
+	case KindContinuation:
+		return fmt.Sprintf("<continuation from=%q>\n%s\n</continuation>", it.From, it.Text)
+	default:
+		return it.Text
+	}
+}
+
+// renderNote renders a notification as the model sees it.
+func renderNote(n *Note) string {
+	var b strings.Builder
+	b.WriteString("<task-notification>\n")
+	fmt.Fprintf(&b, "<task-id>%s</task-id>\n", n.Key.Task)
+	if n.Kind == TaskAgent {
+		fmt.Fprintf(&b, "<agent>%s (%s)</agent>\n<run>%d</run>\n", n.AgentName, n.Agent, n.Key.Run)
+	} else {
+		b.WriteString("<kind>shell</kind>\n")
+	}
+	fmt.Fprintf(&b, "<key>%s</key>\n<status>%s</status>\n", n.Key, n.Status)
+	if len(n.Answered) > 0 {
+		ids := make([]string, len(n.Answered))
+		for i, m := range n.Answered {
+			ids[i] = string(m)
+		}
+		fmt.Fprintf(&b, "<answered-messages>%s</answered-messages>\n", strings.Join(ids, " "))
+	}
+	if len(n.LiveTasks) > 0 {
+		ids := make([]string, len(n.LiveTasks))
+		for i, t := range n.LiveTasks {
+			ids[i] = string(t)
+		}
+		fmt.Fprintf(&b, "<live-tasks>%s</live-tasks>\n<note>This agent still has live tasks of its own; when they finish it wakes and notifies again.</note>\n", strings.Join(ids, " "))
+	}
+	if n.ExitCode != nil {
+		fmt.Fprintf(&b, "<exit-code>%d</exit-code>\n", *n.ExitCode)
+	}
+	if n.OutputPath != "" {
+		fmt.Fprintf(&b, "<output-file>%s</output-file>\n", n.OutputPath)
+	}
+	if n.Error != "" {
+		fmt.Fprintf(&b, "<error>%s</error>\n", n.Error)
+	}
+	if n.Kind == TaskAgent {
+		fmt.Fprintf(&b, "<result>%s</result>\n", n.Reply)
+	} else if n.Output != "" {
+		fmt.Fprintf(&b, "<output-tail>%s</output-tail>\n", n.Output)
+	}
+	fmt.Fprintf(&b, "<usage><tokens>%d</tokens><duration_ms>%d</duration_ms></usage>\n", n.Usage.Total(), n.Duration.Milliseconds())
+	b.WriteString("</task-notification>")
+	return b.String()
+}
+
+// RenderNote renders a notification as the model sees it.
+func RenderNote(n *Note) string { return renderNote(n) }
+
+// renderOutcome is the SendMessage result a sender reads.
+func (st *stepper) renderOutcome(m *Msg) string {
+	res := map[string]any{"outcome": m.Outcome, "message_id": m.ID}
+	target := st.s.Agents[m.To]
+	if target != nil {
+		res["agent"] = target.Name
+		res["agent_id"] = target.ID
+	}
+	note := func(run int) string {
+		if target == nil || target.Task == "" {
+			return ""
+		}
+		return NoteKey{Task: target.Task, Run: run}.String()
+	}
+	var detail string
+	switch m.Outcome {
+	case OutcomeRejected:
+		detail = "Not delivered: " + m.Reason
+		res["reason"] = m.Reason
+	case OutcomeJoined:
+		res["run"] = m.Run
+		detail = fmt.Sprintf("%s is in run %d, which will see the message at its next model round.", target.Name, m.Run)
+		if k := note(m.Run); k != "" {
+			res["notification"] = k
+			detail += " Its reply comes in notification " + k + "."
+		}
+	case OutcomeQueuedBehindStop:
+		res["stopping_run"] = m.Run
+		res["answering_run"] = m.Run + 1
+		detail = fmt.Sprintf("%s was finishing run %d when the message arrived; run %d will answer it.", target.Name, m.Run, m.Run+1)
+		if k := note(m.Run); k != "" {
+			res["notifications"] = []string{k, note(m.Run + 1)}
+			detail += fmt.Sprintf(" You get two notifications: %s for the stopping run, then %s with the answer.", k, note(m.Run+1))
+		}
+	case OutcomeResumed:
+		res["run"] = m.Run
+		detail = fmt.Sprintf("%s was idle; run %d started with the message.", target.Name, m.Run)
+		if k := note(m.Run); k != "" {
+			res["notification"] = k
+			detail += " Its reply comes in notification " + k + "."
+		}
+	}
+	res["detail"] = detail
+	return jsonText(res)
+}
+
+// RenderOutcome is the text a sender reads for a message's outcome.
+func RenderOutcome(s *State, m *Msg) string {
+	st := &stepper{s: s}
+	return st.renderOutcome(m)
+}
+
+func (st *stepper) renderAgents() string {
+	type row struct {
+		ID       AgentID `json:"id"`
+		Name     string  `json:"name"`
+		State    string  `json:"state"`
+		Owner    AgentID `json:"owner,omitempty"`
+		Task     TaskID  `json:"task_id,omitempty"`
+		Runs     int     `json:"runs"`
+		Inbox    int     `json:"inbox"`
+		LastText string  `json:"last_reply,omitempty"`
+	}
+	var rows []row
+	for _, id := range st.s.Order {
+		a := st.s.Agents[id]
+		r := row{ID: a.ID, Name: a.Name, State: string(a.State), Owner: a.Owner, Task: a.Task, Runs: len(a.Runs), Inbox: len(a.Inbox)}
+		if n := len(a.Runs); n > 0 {
+			r.LastText = firstLine(a.Runs[n-1].Reply, 120)
+		}
+		rows = append(rows, r)
+	}
+	return jsonText(map[string]any{"agents": rows})
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%v", v)
+	}
+	return string(b)
+}
+
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > n {
+		s = s[:n-3] + "..."
+	}
+	return s
+}
+
+func sortedTimers(s *State) []TimerID {
+	ids := make([]TimerID, 0, len(s.Timers))
+	for id := range s.Timers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := s.Timers[ids[i]], s.Timers[ids[j]]
+		if !a.At.Equal(b.At) {
+			return a.At.Before(b.At)
+		}
+		return len(ids[i]) < len(ids[j]) || (len(ids[i]) == len(ids[j]) && ids[i] < ids[j])
+	})
+	return ids
+}
+
+func sortedApprovals(s *State) []ApprovalID {
+	ids := make([]ApprovalID, 0, len(s.Approvals))
+	for id := range s.Approvals {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		return len(ids[i]) < len(ids[j]) || (len(ids[i]) == len(ids[j]) && ids[i] < ids[j])
+	})
+	return ids
+}

@@ -1,0 +1,121 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// InboxStatus says, for one agent with a non-empty inbox, whether the
+// inbox is draining and, if not, why, with the deadline or the event that
+// clears the cause (DESIGN rule 4).
+type InboxStatus struct {
+	Agent    AgentID   `json:"agent"`
+	Name     string    `json:"name"`
+	State    string    `json:"state"`
+	Items    int       `json:"items"`
+	Held     int       `json:"held"`
+	Draining bool      `json:"draining"`
+	Reason   string    `json:"reason"`
+	Until    time.Time `json:"until,omitzero"`
+	ClearsOn string    `json:"clears_on,omitempty"`
+}
+
+// Status lists every agent whose inbox is not empty, with why it is not
+// draining. An idle agent with an item it may take and nothing blocking it
+// is reported with Reason "no blocker" and Draining false: that would be a
+// missed wake, which the level-triggered scheduler never leaves behind.
+func Status(s *State) []InboxStatus {
+	var out []InboxStatus
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if len(a.Inbox) == 0 {
+			continue
+		}
+		out = append(out, agentStatus(s, a))
+	}
+	return out
+}
+
+func agentStatus(s *State, a *Agent) InboxStatus {
+	st := InboxStatus{Agent: a.ID, Name: a.Name, State: string(a.State), Items: len(a.Inbox)}
+	takeable, later := 0, 0
+	for _, it := range a.Inbox {
+		if s.Hold != nil && it.Holdable() {
+			st.Held++
+			continue
+		}
+		takeable++
+		if it.Priority == PriorityLater {
+			later++
+		}
+	}
+	holdNote := ""
+	if st.Held > 0 {
+		holdNote = fmt.Sprintf("; %d user prompt(s) held by %s", st.Held, holdBy(s.Hold))
+	}
+	switch {
+	case s.Session.Closed || a.State == AgentClosed:
+		st.Reason = "closed"
+		return st
+	case takeable == 0:
+		st.Reason = fmt.Sprintf("user prompts held by %s since %s", holdBy(s.Hold), s.Hold.Since.UTC().Format(time.RFC3339))
+		st.ClearsOn = "resume of the user queue"
+		return st
+	case a.Run == nil:
+		st.Reason = "no blocker: an idle agent with items it may take (a missed wake)"
+		return st
+	}
+	r := a.Run
+	st.Draining = true
+	var why string
+	switch {
+	case r.Call != nil && r.Call.State == CallWaitingSlot:
+		why = fmt.Sprintf("run %d waits for a model-call slot (session cap reached)", r.Seq)
+		st.ClearsOn = "another model call of the session ends"
+	case r.Call != nil && r.Call.State == CallBackoff:
+		why = fmt.Sprintf("run %d's model call backs off after %s (attempt %d)", r.Seq, r.Call.RetryReason, r.Call.Attempt)
+		st.Until = r.Call.RetryUntil
+		st.ClearsOn = "the retry"
+	case r.Call != nil:
+		why = fmt.Sprintf("items join run %d at its next model round; model call %s in flight", r.Seq, r.Call.ID)
+		st.ClearsOn = "the model answers"
+	case a.State == AgentWaiting:
+		for _, p := range s.Approvals {
+			if p.Agent == a.ID {
+				why = fmt.Sprintf("run %d waits for permission request %s (%s)", r.Seq, p.ID, p.Tool)
+				st.Until = p.Deadline
+				st.ClearsOn = "an answer to the request, or its deadline (then denied)"
+				break
+			}
+		}
+	default:
+		pending := 0
+		for _, tc := range r.Tools {
+			if !tc.Done {
+				pending++
+				if tc.Wait == WaitChild {
+					why = fmt.Sprintf("run %d waits for foreground subagent %s", r.Seq, tc.Child)
+				}
+			}
+		}
+		if why == "" {
+			why = fmt.Sprintf("items join run %d when its %d running tool call(s) finish", r.Seq, pending)
+		}
+		st.ClearsOn = "the tool calls finish"
+	}
+	if later > 0 {
+		why += fmt.Sprintf("; %d later item(s) wait for run %d to end", later, r.Seq)
+	}
+	st.Reason = why + holdNote
+	return st
+}
+
+func holdBy(h *Hold) string {
+	if h == nil {
+		return "nobody"
+	}
+	if h.By == "" {
+		return "the user"
+	}
+	return h.By
+}

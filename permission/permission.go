@@ -1,0 +1,174 @@
+// Package permission decides whether a tool call may run, from a session's
+// permission mode and its allow and deny rules. It is pure: no I/O.
+//
+// A rule names a tool and optionally a pattern over the call's subject:
+// "Bash(git *)" matches Bash calls whose command starts with "git ",
+// "Write(src/*)" matches writes under src/, "Read" matches every Read. In a
+// pattern, * matches any run of characters (slashes and spaces included).
+package permission
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Decision is the verdict on a tool call.
+type Decision string
+
+// Decisions.
+const (
+	Allow Decision = "allow"
+	Deny  Decision = "deny"
+	Ask   Decision = "ask"
+)
+
+// Modes. See Decide.
+const (
+	ModeAsk         = "ask"
+	ModeAcceptEdits = "accept-edits"
+	ModeAuto        = "auto"
+	ModeBypass      = "bypass"
+)
+
+// ValidMode reports whether m names a permission mode.
+func ValidMode(m string) bool {
+	switch m {
+	case ModeAsk, ModeAcceptEdits, ModeAuto, ModeBypass:
+		return true
+	}
+	return false
+}
+
+// alwaysAllowed are tools that read, or only act on vigil's own state.
+var alwaysAllowed = map[string]bool{
+	"Read": true, "Glob": true, "Grep": true, "TaskOutput": true, "ListAgents": true,
+	"Agent": true, "SendMessage": true, "TaskStop": true, "ScheduleWakeup": true,
+}
+
+var edits = map[string]bool{"Write": true, "Edit": true}
+
+// Decide returns the decision for calling tool with input under mode and the
+// rules, and a reason a person can read.
+//
+//   - A matching deny rule denies, in every mode.
+//   - Read-only tools and vigil's orchestration tools are allowed.
+//   - bypass allows everything else.
+//   - A matching allow rule allows.
+//   - accept-edits allows Write and Edit and asks for the rest.
+//   - ask asks.
+//   - auto denies what no rule allows: nobody is asked.
+func Decide(mode string, allow, deny []string, tool string, input json.RawMessage) (Decision, string) {
+	subject := Subject(tool, input)
+	for _, r := range deny {
+		if Match(r, tool, subject) {
+			return Deny, fmt.Sprintf("denied by rule %q", r)
+		}
+	}
+	if alwaysAllowed[tool] {
+		return Allow, "read-only or orchestration tool"
+	}
+	if mode == ModeBypass {
+		return Allow, "mode bypass"
+	}
+	for _, r := range allow {
+		if Match(r, tool, subject) {
+			return Allow, fmt.Sprintf("allowed by rule %q", r)
+		}
+	}
+	switch mode {
+	case ModeAcceptEdits:
+		if edits[tool] {
+			return Allow, "mode accept-edits"
+		}
+		return Ask, "mode accept-edits asks before " + tool
+	case ModeAuto:
+		return Deny, fmt.Sprintf("no allow rule matches %s (mode auto)", Describe(tool, input))
+	default:
+		return Ask, "mode ask"
+	}
+}
+
+// Subject returns the part of a call's input that rules match: the command
+// of a Bash call, the path of a file tool, the pattern of a search.
+func Subject(tool string, input json.RawMessage) string {
+	var in struct {
+		Command  string `json:"command"`
+		FilePath string `json:"file_path"`
+		Path     string `json:"path"`
+		Pattern  string `json:"pattern"`
+	}
+	_ = json.Unmarshal(input, &in)
+	switch {
+	case in.Command != "":
+		return in.Command
+	case in.FilePath != "":
+		return in.FilePath
+	case in.Path != "":
+		return in.Path
+	}
+	return in.Pattern
+}
+
+// Describe renders a call as a rule would name it, e.g. Bash(git status).
+func Describe(tool string, input json.RawMessage) string {
+	s := Subject(tool, input)
+	if s == "" {
+		return tool
+	}
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return tool + "(" + s + ")"
+}
+
+// Valid reports whether rule is well formed.
+func Valid(rule string) bool {
+	name, _, ok := parse(rule)
+	return ok && name != ""
+}
+
+// Match reports whether rule matches a call of tool with subject.
+func Match(rule, tool, subject string) bool {
+	name, pattern, ok := parse(rule)
+	if !ok || name != tool {
+		return false
+	}
+	if pattern == "" {
+		return true
+	}
+	return glob(pattern, subject)
+}
+
+func parse(rule string) (name, pattern string, ok bool) {
+	rule = strings.TrimSpace(rule)
+	i := strings.IndexByte(rule, '(')
+	if i < 0 {
+		return rule, "", !strings.ContainsAny(rule, ")*")
+	}
+	if !strings.HasSuffix(rule, ")") {
+		return "", "", false
+	}
+	return strings.TrimSpace(rule[:i]), rule[i+1 : len(rule)-1], true
+}
+
+// glob matches s against a pattern in which * matches any run of characters.
+func glob(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, last)
+}

@@ -1,0 +1,80 @@
+package permission
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestDecide(t *testing.T) {
+	bash := func(cmd string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"command": cmd})
+		return b
+	}
+	write := json.RawMessage(`{"file_path":"src/a.go","content":"x"}`)
+	cases := []struct {
+		name        string
+		mode        string
+		allow, deny []string
+		tool        string
+		input       json.RawMessage
+		want        Decision
+	}{
+		{"read always", ModeAsk, nil, nil, "Read", json.RawMessage(`{"file_path":"a"}`), Allow},
+		{"orchestration always", ModeAuto, nil, nil, "SendMessage", nil, Allow},
+		{"ask asks", ModeAsk, nil, nil, "Bash", bash("ls"), Ask},
+		{"allow rule", ModeAsk, []string{"Bash(git *)"}, nil, "Bash", bash("git status"), Allow},
+		{"allow rule no match", ModeAsk, []string{"Bash(git *)"}, nil, "Bash", bash("rm -rf /"), Ask},
+		{"deny wins in bypass", ModeBypass, nil, []string{"Bash(rm *)"}, "Bash", bash("rm -rf x"), Deny},
+		{"bypass allows", ModeBypass, nil, nil, "Bash", bash("make"), Allow},
+		{"accept-edits edits", ModeAcceptEdits, nil, nil, "Write", write, Allow},
+		{"accept-edits bash asks", ModeAcceptEdits, nil, nil, "Bash", bash("make"), Ask},
+		{"auto denies unmatched", ModeAuto, []string{"Bash(go test*)"}, nil, "Bash", bash("curl x"), Deny},
+		{"auto allows matched", ModeAuto, []string{"Bash(go test*)"}, nil, "Bash", bash("go test ./..."), Allow},
+		{"tool-only rule", ModeAsk, []string{"Write"}, nil, "Write", write, Allow},
+		{"path rule", ModeAuto, []string{"Write(src/*)"}, nil, "Write", write, Allow},
+		{"path rule other dir", ModeAuto, []string{"Write(docs/*)"}, nil, "Write", write, Deny},
+	}
+	for _, c := range cases {
+		got, reason := Decide(c.mode, c.allow, c.deny, c.tool, c.input)
+		if got != c.want {
+			t.Errorf("%s: got %s (%s), want %s", c.name, got, reason, c.want)
+		}
+		if reason == "" {
+			t.Errorf("%s: empty reason", c.name)
+		}
+	}
+}
+
+func TestGlob(t *testing.T) {
+	cases := []struct {
+		p, s string
+		want bool
+	}{
+		{"git *", "git status", true},
+		{"git *", "gitx", false},
+		{"*", "", true},
+		{"a*b*c", "axxbyyc", true},
+		{"a*b*c", "axxbyy", false},
+		{"exact", "exact", true},
+		{"exact", "exact2", false},
+		{"*.go", "x/y.go", true},
+	}
+	for _, c := range cases {
+		if got := glob(c.p, c.s); got != c.want {
+			t.Errorf("glob(%q,%q)=%v want %v", c.p, c.s, got, c.want)
+		}
+	}
+}
+
+func TestValid(t *testing.T) {
+	for _, r := range []string{"Bash", "Bash(git *)", "Write(src/*)"} {
+		if !Valid(r) {
+			t.Errorf("%q should be valid", r)
+		}
+	}
+	for _, r := range []string{"", "Bash(git", "Ba*sh", "(x)"} {
+		if Valid(r) {
+			t.Errorf("%q should be invalid", r)
+		}
+	}
+}
