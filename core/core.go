@@ -572,7 +572,14 @@ func (st *stepper) modelResponded(in ModelResponded) {
 	for _, id := range slices.Clone(a.Run.PendingSends) {
 		st.resolveMsg(st.s.Msgs[id], OutcomeJoined, a.Run.Seq)
 	}
+	seq := a.Run.Seq
 	for _, u := range uses {
+		if a.Run == nil || a.Run.Seq != seq {
+			// An earlier tool call of this answer ended the run (it stopped
+			// a task whose run waited on this agent). The rest are answered
+			// as cancelled by endRun.
+			break
+		}
 		st.dispatchTool(a, u)
 	}
 	st.maybeNextRound(a)
@@ -618,7 +625,7 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 			st.effect(CancelCall{Agent: a.ID, Call: c.ID})
 		}
 	}
-	if len(r.Tools) > 0 {
+	if uses := st.unansweredUses(a); len(uses) > 0 {
 		for _, tc := range slices.Clone(r.Tools) {
 			if tc.Done {
 				continue
@@ -638,8 +645,12 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 			}
 		}
 		var results []chat.Block
-		for _, tc := range r.Tools {
-			results = append(results, chat.ToolResult(tc.UseID, tc.Result, tc.IsError))
+		for _, u := range uses {
+			if tc := r.tool(u.ID); tc != nil {
+				results = append(results, chat.ToolResult(tc.UseID, tc.Result, tc.IsError))
+			} else {
+				results = append(results, chat.ToolResult(u.ID, "cancelled: the run ended ("+why+") before this tool call started", true))
+			}
 		}
 		st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: results}})
 	}
@@ -660,6 +671,15 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 		st.resolveMsg(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq)
 	}
 	st.resolveTaskWaiters(task)
+}
+
+// unansweredUses returns the tool calls of a's last answer when the
+// transcript ends with that answer, i.e. their results are not in yet.
+func (st *stepper) unansweredUses(a *Agent) []chat.Block {
+	if n := len(a.Transcript); n > 0 && a.Transcript[n-1].Role == chat.RoleAssistant && a.Run.Call == nil {
+		return a.Transcript[n-1].ToolUses()
+	}
+	return nil
 }
 
 // finalizeRun is the deferred half of a run's end in the notified-flag bug.

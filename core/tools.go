@@ -582,6 +582,9 @@ func (st *stepper) closeAgent(a *Agent, reason string) {
 	}
 	for _, it := range append([]*Item(nil), a.Inbox...) {
 		st.emit(&ItemRemoved{Agent: a.ID, Item: it.ID, Reason: "agent closed"})
+		if it.Note != nil {
+			st.emit(&NotificationDropped{Key: *it.Note, Reason: "owner closed"})
+		}
 		st.drop(string(it.Kind)+" "+string(it.ID)+" to "+a.Name, "agent-closed", reason)
 	}
 	if g := a.Gate; g != nil {

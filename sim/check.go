@@ -1,0 +1,388 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vigilrun/vigil/core"
+)
+
+// checker holds what the rules need to remember across steps, built only
+// from committed events and the state — never from the core's own
+// bookkeeping of the same facts.
+type checker struct {
+	w      *world
+	notes  map[string]int // notifications written, by key
+	items  map[core.ItemID]*itemInfo
+	runs   map[string]*runInfo
+	gates  map[core.AgentID]int
+	wakes  []string
+	woken  map[string]core.AgentID // accepted wakes
+	// cur is each agent's current run, from the events.
+	cur map[core.AgentID]int
+	// cancelled wakes: a person cancelled their continuation.
+	cancelled map[string]bool
+	idx    int
+	msgSet map[core.MsgID]bool
+}
+
+type itemInfo struct {
+	item    core.Item
+	taken   int
+	run     int
+	removed bool
+}
+
+type runInfo struct {
+	lastJoin, lastCall int
+}
+
+func newChecker(w *world) *checker {
+	return &checker{
+		w: w, notes: map[string]int{}, items: map[core.ItemID]*itemInfo{}, runs: map[string]*runInfo{},
+		gates: map[core.AgentID]int{}, woken: map[string]core.AgentID{}, cancelled: map[string]bool{}, cur: map[core.AgentID]int{}, msgSet: map[core.MsgID]bool{},
+	}
+}
+
+func (c *checker) violate(rule, detail string) {
+	w := c.w
+	w.res.Violations++
+	if w.res.First == nil {
+		w.res.First = &Violation{Rule: rule, Step: w.steps, At: w.now.Sub(w.start), Detail: detail}
+		w.res.Trace = append([]string(nil), w.trace...)
+	}
+}
+
+func runKey(a core.AgentID, seq int) string { return fmt.Sprintf("%s#%d", a, seq) }
+
+func (c *checker) take(ids []core.ItemID, a core.AgentID, seq int) {
+	for _, id := range ids {
+		info := c.items[id]
+		if info == nil {
+			c.violate("1", fmt.Sprintf("run %s took unknown item %s", runKey(a, seq), id))
+			continue
+		}
+		info.taken++
+		info.run = seq
+		if info.taken > 1 {
+			c.violate("1", fmt.Sprintf("item %s (%s) delivered twice", id, info.item.Kind))
+		}
+	}
+}
+
+// afterStep checks the rules after a committed step.
+func (c *checker) afterStep(in core.Input, out core.Output) {
+	s := c.w.state
+	var ended []*core.RunEnded
+	written := map[string]bool{}
+	for _, e := range out.Events {
+		c.idx++
+		switch b := e.Body.(type) {
+		case *core.NotificationWritten:
+			k := b.Note.Key.String()
+			c.notes[k]++
+			written[k] = true
+			if c.notes[k] > 1 {
+				c.violate("1", fmt.Sprintf("notification %s written %d times", k, c.notes[k]))
+			}
+		case *core.RunStarted:
+			c.runs[runKey(b.Agent, b.Seq)] = &runInfo{lastJoin: c.idx, lastCall: -1}
+			c.cur[b.Agent] = b.Seq
+			if a := s.Agents[b.Agent]; a.Task != "" && b.Seq > 1 {
+				prev := core.NoteKey{Task: a.Task, Run: b.Seq - 1}.String()
+				if c.notes[prev] == 0 {
+					c.violate("2", fmt.Sprintf("follow-on run %s started before run %d's notification %s was written", runKey(b.Agent, b.Seq), b.Seq-1, prev))
+				}
+			}
+			c.take(b.Items, b.Agent, b.Seq)
+		case *core.ItemsJoined:
+			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil {
+				r.lastJoin = c.idx
+			}
+			c.take(b.Items, b.Agent, b.Seq)
+		case *core.ModelCallStarted:
+			if r := c.runs[runKey(b.Agent, c.cur[b.Agent])]; r != nil {
+				r.lastCall = c.idx
+			}
+		case *core.RunEnded:
+			ended = append(ended, b)
+			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil && r.lastCall < r.lastJoin {
+				c.violate("2", fmt.Sprintf("run %s ended with items that joined after its last model round", runKey(b.Agent, b.Seq)))
+			}
+		case *core.ItemEnqueued:
+			it := b.Item
+			c.items[it.ID] = &itemInfo{item: it}
+			if it.Kind == core.KindPrompt && it.From != "user" {
+				c.violate("5", fmt.Sprintf("item %s from %s was queued as a user prompt (holdable)", it.ID, it.From))
+			}
+		case *core.ItemRemoved:
+			if info := c.items[b.Item]; info != nil {
+				info.removed = true
+				if b.Reason == "cancelled" {
+					// A person cancelled the continuation: its wakes end here.
+					for _, tok := range c.wakes {
+						if strings.Contains(info.item.Text, tok) {
+							c.cancelled[tok] = true
+						}
+					}
+				}
+			}
+			if b.Reason == "" {
+				c.violate("9", "item "+string(b.Item)+" removed without a reason")
+			}
+		case *core.MessageSent:
+			c.msgSet[b.Msg.ID] = true
+			if b.Msg.Outcome == "" {
+				c.violate("3", "message "+string(b.Msg.ID)+" sent with no outcome")
+			}
+			if b.Msg.Outcome == core.OutcomeRejected && b.Msg.Reason == "" {
+				c.violate("3", "message "+string(b.Msg.ID)+" rejected without a reason")
+			}
+		case *core.MessageResolved:
+			if b.Outcome != core.OutcomeJoined && b.Outcome != core.OutcomeQueuedBehindStop {
+				c.violate("3", fmt.Sprintf("message %s resolved to %s", b.Msg, b.Outcome))
+			}
+		case *core.Dropped:
+			if b.Reason == "" || b.What == "" {
+				c.violate("9", "a drop without what and why")
+			}
+		case *core.GateOpened:
+			if g := c.gates[b.Agent]; g != 0 {
+				c.violate("6", fmt.Sprintf("gate g%d of %s opened while g%d is still held", b.Gate.Gen, b.Agent, g))
+			}
+			c.gates[b.Agent] = b.Gate.Gen
+			if b.Gate.Deadline.IsZero() {
+				c.violate("6", fmt.Sprintf("gate g%d of %s has no deadline", b.Gate.Gen, b.Agent))
+			}
+		case *core.GateReleased:
+			if c.gates[b.Agent] == b.Gen {
+				delete(c.gates, b.Agent)
+			}
+		}
+	}
+	for _, b := range ended {
+		a := s.Agents[b.Agent]
+		if a.Task == "" {
+			continue
+		}
+		k := core.NoteKey{Task: a.Task, Run: b.Seq}.String()
+		if !written[k] {
+			c.violate("1", fmt.Sprintf("run %s ended without its notification %s in the same step", runKey(b.Agent, b.Seq), k))
+		}
+	}
+	if pw, ok := in.(core.ProviderWake); ok {
+		c.woken[pw.Evidence] = pw.Agent
+	}
+	c.w.answerApprovals(out.Events)
+}
+
+// heldByUser is the checker's own reading of rule 5: only prompts a user
+// sent may wait for a hold.
+func heldByUser(s *core.State, it *core.Item) bool {
+	return s.Hold != nil && it.Kind == core.KindPrompt && it.From == "user"
+}
+
+// stateRules checks the rules that are about the state after any step.
+func (c *checker) stateRules() {
+	s, now := c.w.state, c.w.now
+	inflight, waiting := 0, 0
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if a.State == core.AgentClosed || s.Session.Closed {
+			if len(a.Inbox) > 0 {
+				c.violate("9", fmt.Sprintf("closed agent %s keeps %d queued item(s)", a.Name, len(a.Inbox)))
+			}
+			continue
+		}
+		// Rule 4: an idle agent with an item it may take starts a run.
+		if a.Run == nil {
+			for _, it := range a.Inbox {
+				if !heldByUser(s, it) {
+					if s.Hold != nil && it.Kind != core.KindPrompt {
+						c.violate("5", fmt.Sprintf("%s item %s of %s waits while the user queue is held", it.Kind, it.ID, a.Name))
+					}
+					c.violate("4", fmt.Sprintf("agent %s is idle with deliverable %s item %s queued (missed wake)", a.Name, it.Kind, it.ID))
+					break
+				}
+			}
+		} else if call := a.Run.Call; call != nil {
+			if call.State == core.CallWaitingSlot {
+				waiting++
+			} else {
+				inflight++
+			}
+		}
+		// Rule 6: a gate has an owner, a generation and a deadline, and is
+		// released when its continuation reaches a terminal outcome.
+		if g := a.Gate; g != nil {
+			if g.Deadline.IsZero() {
+				c.violate("6", fmt.Sprintf("gate g%d of %s has no deadline", g.Gen, a.Name))
+			} else if g.Deadline.Before(now) {
+				c.violate("6", fmt.Sprintf("gate g%d of %s held past its deadline", g.Gen, a.Name))
+			}
+			found := false
+			for _, it := range a.Inbox {
+				found = found || it.ID == g.Item
+			}
+			if !found {
+				c.violate("6", fmt.Sprintf("gate g%d of %s still held after its continuation %s left the inbox", g.Gen, a.Name, g.Item))
+			}
+		}
+	}
+	if limit := c.w.core.Config().MaxConcurrentCalls; limit > 0 && waiting > 0 && inflight < limit {
+		c.violate("4", fmt.Sprintf("%d model call(s) wait for a slot while only %d of %d are in flight", waiting, inflight, limit))
+	}
+	// Rule 7: a live shell task has a live process.
+	for _, id := range s.TaskOrder {
+		t := s.Tasks[id]
+		if t.Kind == core.TaskShell && t.Status.Live() {
+			if p := c.w.procs[id]; p == nil || !p.alive {
+				c.violate("7", fmt.Sprintf("task %s is %s but its process is gone", id, t.Status))
+			}
+		}
+	}
+}
+
+func (c *checker) onCrash() {
+	// Gates are rebuilt from the log like everything else.
+	c.gates = map[core.AgentID]int{}
+	for _, id := range c.w.state.Order {
+		if g := c.w.state.Agents[id].Gate; g != nil {
+			c.gates[id] = g.Gen
+		}
+	}
+}
+
+// end checks what must hold once the world has nothing left to do.
+func (c *checker) end() {
+	s := c.w.state
+	w := c.w
+	if stateJSON(core.Replay(w.log)) != stateJSON(s) {
+		c.violate("replay", "the state rebuilt from the log differs from the live state")
+	}
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		w.res.Runs += len(a.Runs)
+		if a.Run != nil {
+			c.violate("end", fmt.Sprintf("run %s#%d never ended", a.Name, a.Run.Seq))
+		}
+		for _, it := range a.Inbox {
+			if !heldByUser(s, it) {
+				c.violate("4", fmt.Sprintf("%s item %s left undrained in %s's inbox", it.Kind, it.ID, a.Name))
+			}
+		}
+		if a.Task != "" {
+			for _, r := range a.Runs {
+				k := core.NoteKey{Task: a.Task, Run: r.Seq}.String()
+				if c.notes[k] != 1 {
+					c.violate("1", fmt.Sprintf("run %s#%d (%s) has %d notifications, want exactly 1", a.Name, r.Seq, r.Status, c.notes[k]))
+				}
+			}
+		}
+	}
+	for _, id := range s.TaskOrder {
+		t := s.Tasks[id]
+		if t.Kind != core.TaskShell {
+			continue
+		}
+		if t.Status.Live() {
+			c.violate("7", fmt.Sprintf("shell task %s still %s at the end", id, t.Status))
+			continue
+		}
+		if k := (core.NoteKey{Task: id}).String(); c.notes[k] != 1 {
+			c.violate("1", fmt.Sprintf("shell task %s has %d exit notifications, want exactly 1", id, c.notes[k]))
+		}
+	}
+	for _, k := range s.NoteOrder {
+		n := s.Note(k)
+		w.res.Notes++
+		if n.Dropped != "" {
+			continue
+		}
+		delivered := n.Delivery == core.DeliverToolResult
+		if n.Item != "" {
+			if info := c.items[n.Item]; info != nil && info.taken == 1 {
+				delivered = true
+			}
+		}
+		if !delivered {
+			c.violate("1", fmt.Sprintf("notification %s was never delivered to %s", k, n.Owner))
+		}
+	}
+	for id := range c.msgSet {
+		m := s.Msgs[id]
+		w.res.Messages++
+		c.checkMsg(m)
+	}
+	for _, tok := range c.wakes {
+		agent, ok := c.woken[tok]
+		if !ok || c.cancelled[tok] {
+			continue // lost in a crash before it committed, or cancelled by a person
+		}
+		a := s.Agents[agent]
+		if a == nil || a.State == core.AgentClosed {
+			continue
+		}
+		if !transcriptHas(a, tok) {
+			c.violate("6", fmt.Sprintf("provider wake %s for %s never reached the model (swallowed)", tok, a.Name))
+		}
+	}
+}
+
+func (c *checker) checkMsg(m *core.Msg) {
+	s := c.w.state
+	target := s.Agents[m.To]
+	switch m.Outcome {
+	case core.OutcomeRejected:
+		if m.Item != "" {
+			c.violate("3", fmt.Sprintf("rejected message %s was delivered", m.ID))
+		}
+		return
+	case core.OutcomePending:
+		c.violate("3", fmt.Sprintf("message %s to %s never got an outcome", m.ID, m.To))
+		return
+	}
+	info := c.items[m.Item]
+	if info == nil {
+		c.violate("3", fmt.Sprintf("message %s (%s) has no inbox item", m.ID, m.Outcome))
+		return
+	}
+	if info.taken == 0 {
+		if info.removed && target.State == core.AgentClosed {
+			return // dropped loudly when its target closed
+		}
+		c.violate("3", fmt.Sprintf("message %s (%s) to %s was never answered", m.ID, m.Outcome, target.Name))
+		return
+	}
+	if m.AnsweredBy != info.run {
+		c.violate("3", fmt.Sprintf("message %s: state says run %d answered, events say %d", m.ID, m.AnsweredBy, info.run))
+	}
+	switch m.Outcome {
+	case core.OutcomeResumed:
+		if info.run != m.Run {
+			c.violate("3", fmt.Sprintf("message %s: told resumed run %d, answered by run %d", m.ID, m.Run, info.run))
+		}
+	case core.OutcomeQueuedBehindStop:
+		if info.run != m.Run+1 {
+			c.violate("3", fmt.Sprintf("message %s: told run %d would answer, answered by run %d", m.ID, m.Run+1, info.run))
+		}
+	case core.OutcomeJoined:
+		if info.run != m.Run {
+			ok := info.run > m.Run && m.Run-1 < len(target.Runs) && target.Runs[m.Run-1].Status != core.RunCompleted
+			if !ok {
+				c.violate("3", fmt.Sprintf("message %s: told it joined run %d, answered by run %d", m.ID, m.Run, info.run))
+			}
+		}
+	}
+}
+
+func transcriptHas(a *core.Agent, tok string) bool {
+	for _, m := range a.Transcript {
+		for _, b := range m.Content {
+			if strings.Contains(b.Text, tok) || strings.Contains(b.Content, tok) {
+				return true
+			}
+		}
+	}
+	return false
+}
