@@ -201,6 +201,12 @@ func (st *stepper) handle(in Input) {
 		st.shellStartFailed(in)
 	case ProcessExited:
 		st.processExited(in)
+	case ProcessStarted:
+		if t := st.s.Tasks[in.Task]; t != nil && t.Kind == TaskShell && t.Status.Live() {
+			st.emit(&TaskProcess{Task: in.Task, PID: in.PID, StartTicks: in.StartTicks})
+		} else {
+			st.drop("process start "+string(in.Task), "stale-process-event", "the task already ended")
+		}
 	case Tick:
 		st.tick()
 	case HoldQueue:

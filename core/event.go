@@ -98,6 +98,7 @@ func init() {
 		func() Body { return &AgentRetired{} },
 		func() Body { return &TaskStarted{} },
 		func() Body { return &TaskUpdated{} },
+		func() Body { return &TaskProcess{} },
 		func() Body { return &ItemEnqueued{} },
 		func() Body { return &ItemRemoved{} },
 		func() Body { return &ItemMoved{} },
@@ -247,6 +248,19 @@ func (e *TaskUpdated) apply(s *State, at time.Time) {
 	if e.Ended {
 		t.Ended = at
 	}
+}
+
+// TaskProcess records the process of a shell task.
+type TaskProcess struct {
+	Task       TaskID `json:"task"`
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+}
+
+func (*TaskProcess) Type() string { return "task.process" }
+func (e *TaskProcess) apply(s *State, _ time.Time) {
+	t := s.Tasks[e.Task]
+	t.PID, t.StartTicks = e.PID, e.StartTicks
 }
 
 // ItemEnqueued puts an item in an agent's inbox.

@@ -72,6 +72,13 @@ type ShellStartFailed struct {
 	Error string
 }
 
+// ProcessStarted records the process of a background shell task.
+type ProcessStarted struct {
+	Task       TaskID
+	PID        int
+	StartTicks uint64
+}
+
 // ProcessExited says a background shell task's process ended.
 type ProcessExited struct {
 	Task     TaskID
@@ -168,6 +175,7 @@ func (ModelRetrying) inputName() string    { return "model-retrying" }
 func (ToolDone) inputName() string         { return "tool-done" }
 func (ShellStartFailed) inputName() string { return "shell-start-failed" }
 func (ProcessExited) inputName() string    { return "process-exited" }
+func (ProcessStarted) inputName() string   { return "process-started" }
 func (Tick) inputName() string             { return "tick" }
 func (HoldQueue) inputName() string        { return "hold" }
 func (ResumeQueue) inputName() string      { return "resume" }

@@ -352,6 +352,10 @@ type Task struct {
 	OutputTail  string        `json:"output_tail,omitempty"`
 	// External is the provider's own id for a task it mirrors (Claude Code).
 	External string `json:"external,omitempty"`
+	// PID and StartTicks identify a shell task's process (its process
+	// group leader), so a later vigil can find and end it.
+	PID        int    `json:"pid,omitempty"`
+	StartTicks uint64 `json:"start_ticks,omitempty"`
 	// Incarnation is the runtime incarnation that started the process;
 	// after a restart, a live task of an older incarnation has lost it.
 	Incarnation int64 `json:"incarnation,omitempty"`

@@ -1,0 +1,481 @@
+package vigil
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/store"
+)
+
+// request is one thing for a session actor to do: an input to step (from
+// the API or from an effect), or a function to run on the actor goroutine.
+type request struct {
+	input  core.Input
+	effect bool               // the input is an effect's outcome: never refused for a store outage
+	reply  chan<- core.Output // API inputs wait for the committed output
+	fn     func()             // a read or a control action
+}
+
+// actor steps one session. Only its goroutine touches state, procs and
+// cancels.
+type actor struct {
+	rt    *Runtime
+	id    core.SessionID
+	state *core.State
+	lease *store.Lease
+
+	reqs chan request
+	quit chan struct{}
+	done chan struct{}
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	cancels map[string]context.CancelFunc
+	procs   map[core.TaskID]*shell.Process
+	started map[core.CallID]time.Time
+
+	timer   Timer
+	timerAt time.Time
+
+	// poisoned is set when a commit failed: the in-memory state is ahead of
+	// the store and must be reloaded before the next step.
+	poisoned  error
+	deferred  []request
+	retryWait time.Duration
+	retryT    Timer
+
+	moved bool // the lease was lost
+
+	sinceSnap int
+	subs      *fanout
+	quiet     []chan struct{}
+	msgWait   map[core.MsgID][]chan core.Msg
+}
+
+const queueSize = 4096
+
+func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease) *actor {
+	ctx, cancel := context.WithCancel(r.ctx)
+	return &actor{
+		rt: r, id: id, state: s, lease: lease,
+		reqs: make(chan request, queueSize), quit: make(chan struct{}), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel, cancels: map[string]context.CancelFunc{}, procs: map[core.TaskID]*shell.Process{},
+		started: map[core.CallID]time.Time{}, subs: newFanout(), msgWait: map[core.MsgID][]chan core.Msg{},
+	}
+}
+
+func (a *actor) start() {
+	a.rt.wg.Add(1)
+	go a.loop()
+}
+
+// stop ends the actor after the step in progress; effects in flight are
+// cancelled, processes are left to be recovered (they die with vigil).
+func (a *actor) stop() {
+	select {
+	case <-a.quit:
+	default:
+		close(a.quit)
+	}
+	<-a.done
+}
+
+func (a *actor) loop() {
+	defer a.rt.wg.Done()
+	defer close(a.done)
+	defer a.shutdown()
+	for {
+		var batch []request
+		select {
+		case <-a.quit:
+			return
+		case r := <-a.reqs:
+			batch = append(batch, r)
+		}
+	drain:
+		for len(batch) < 256 {
+			select {
+			case r := <-a.reqs:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		a.process(batch)
+	}
+}
+
+func (a *actor) shutdown() {
+	a.cancel()
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if a.retryT != nil {
+		a.retryT.Stop()
+	}
+	for _, w := range a.quiet {
+		close(w)
+	}
+	a.quiet = nil
+	a.subs.closeAll()
+	if a.moved {
+		// The successor marks our processes interrupted; end them.
+		for _, p := range a.procs {
+			p.Stop()
+		}
+	}
+}
+
+// submit hands an input to the actor and, for API inputs, waits for the
+// committed output.
+func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) {
+	reply := make(chan core.Output, 1)
+	select {
+	case a.reqs <- request{input: in, reply: reply}:
+	case <-a.done:
+		return core.Output{}, ErrClosed
+	case <-ctx.Done():
+		return core.Output{}, ctx.Err()
+	}
+	select {
+	case out := <-reply:
+		return out, out.Err
+	case <-a.done:
+		return core.Output{}, ErrClosed
+	case <-ctx.Done():
+		return core.Output{}, ctx.Err()
+	}
+}
+
+// submitEffect hands an effect's outcome to the actor. It never fails: if
+// the actor is gone the outcome is recovered at the next start.
+func (a *actor) submitEffect(in core.Input) {
+	select {
+	case a.reqs <- request{input: in, effect: true}:
+	case <-a.done:
+	}
+}
+
+// submitControl runs fn on the actor goroutine, without waiting.
+func (a *actor) submitControl(fn func()) {
+	select {
+	case a.reqs <- request{fn: fn}:
+	case <-a.done:
+	}
+}
+
+// view runs fn on the actor goroutine and waits for it.
+func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
+	done := make(chan struct{})
+	select {
+	case a.reqs <- request{fn: func() { fn(a.state); close(done) }}:
+	case <-a.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-a.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// process steps a batch of inputs and commits their events in one append.
+func (a *actor) process(batch []request) {
+	if a.moved {
+		for _, r := range batch {
+			if r.reply != nil {
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, ErrSessionMoved)}
+			}
+		}
+		return
+	}
+	if a.poisoned != nil {
+		// The store failed; inputs wait for the retry, API requests are
+		// refused with the cause.
+		for i, r := range batch {
+			if a.poisoned == nil {
+				a.process(batch[i:]) // the retry succeeded mid-batch
+				return
+			}
+			switch {
+			case r.fn != nil:
+				r.fn()
+			case r.effect:
+				a.deferred = append(a.deferred, r)
+			case r.reply != nil:
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, ErrStoreDown, a.poisoned)}
+			}
+		}
+		return
+	}
+	if len(a.deferred) > 0 {
+		batch = append(a.deferred, batch...)
+		a.deferred = nil
+	}
+	now := a.rt.clock.Now()
+	var events []core.Event
+	var effects []core.Effect
+	outs := make([]core.Output, len(batch))
+	for i, r := range batch {
+		if r.fn != nil {
+			r.fn()
+			continue
+		}
+		a.forget(r.input)
+		out := a.rt.core.Step(a.state, now, r.input)
+		outs[i] = out
+		events = append(events, out.Events...)
+		effects = append(effects, out.Effects...)
+	}
+	if len(events) > 0 {
+		if _, err := a.commit(a.ctx, events); err != nil {
+			a.commitFailed(batch, err)
+			return
+		}
+	}
+	for i, r := range batch {
+		if r.reply != nil {
+			r.reply <- outs[i]
+		}
+	}
+	a.after(events, effects)
+}
+
+// forget drops the cancel function of an effect whose outcome arrived.
+func (a *actor) forget(in core.Input) {
+	switch in := in.(type) {
+	case core.ModelResponded:
+		a.endCall(in.Call, nil)
+	case core.ModelFailed:
+		a.endCall(in.Call, errors.New(in.Error))
+	case core.ToolDone:
+		delete(a.cancels, "tool/"+string(in.Agent)+"/"+in.UseID)
+	case core.ProcessExited:
+		delete(a.procs, in.Task)
+	case core.Tick:
+		a.timerAt = time.Time{} // the timer fired; armTimer sets the next
+	}
+}
+
+func (a *actor) endCall(id core.CallID, err error) {
+	delete(a.cancels, "call/"+string(id))
+	if t, ok := a.started[id]; ok {
+		delete(a.started, id)
+		if o := a.rt.opts.Observer; o != nil {
+			o.ModelCall(a.state.Session.Provider, a.rt.clock.Now().Sub(t), err)
+		}
+	}
+}
+
+// commit appends events and their projection, fenced by the lease epoch.
+func (a *actor) commit(ctx context.Context, events []core.Event) ([]store.Record, error) {
+	recs := make([]store.Record, len(events))
+	for i, e := range events {
+		data, err := json.Marshal(e.Body)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", e.Body.Type(), err)
+		}
+		recs[i] = store.Record{Session: string(a.id), Seq: e.Seq, At: e.At, Type: e.Body.Type(), Data: data}
+	}
+	res, err := a.rt.st.EventAppend(ctx, &store.EventAppendParams{
+		Session: string(a.id), Epoch: a.lease.Epoch, Records: recs, Projection: store.Project(a.state, events),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range recs {
+		if i < len(res.Globals) {
+			recs[i].Global = res.Globals[i]
+		}
+	}
+	for _, k := range res.DuplicateNotes {
+		a.rt.log.Warn("notification write was a no-op: key exists", "session", a.id, "key", k)
+		if o := a.rt.opts.Observer; o != nil {
+			o.Dropped(string(a.id), "notification "+k, "duplicate-notification")
+		}
+	}
+	a.publish(recs)
+	return recs, nil
+}
+
+// commitFailed handles a refused commit. A lost lease ends the actor.
+// Otherwise the in-memory state is ahead of the store: it is reloaded
+// when the store answers again, and the effect outcomes of the batch are
+// stepped again then. API requests get the error; nothing of them was kept.
+func (a *actor) commitFailed(batch []request, err error) {
+	if errors.Is(err, store.ErrFenced) {
+		a.rt.log.Error("session lease lost; another node owns it now", "session", a.id, "err", err)
+		a.moved = true
+		for _, r := range batch {
+			if r.reply != nil {
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, ErrSessionMoved)}
+			}
+		}
+		go a.stop()
+		return
+	}
+	a.poisoned = err
+	a.rt.log.Error("commit failed; session paused until the store accepts writes", "session", a.id, "err", err)
+	for _, r := range batch {
+		switch {
+		case r.effect:
+			a.deferred = append(a.deferred, r)
+		case r.reply != nil:
+			r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, ErrStoreDown, err)}
+		}
+	}
+	a.scheduleRetry()
+}
+
+func (a *actor) scheduleRetry() {
+	switch {
+	case a.retryWait == 0:
+		a.retryWait = 200 * time.Millisecond
+	case a.retryWait < 30*time.Second:
+		a.retryWait *= 2
+	}
+	a.retryT = a.rt.clock.AfterFunc(a.retryWait, func() { a.submitControl(a.retry) })
+}
+
+// retry reloads the state from the store; the deferred inputs are stepped
+// with the next batch.
+func (a *actor) retry() {
+	if a.poisoned == nil {
+		return
+	}
+	s, err := loadState(a.ctx, a.rt.st, string(a.id))
+	if err == nil {
+		// Probe that writes are accepted again: the snapshot write is fenced
+		// like an append and harmless to repeat.
+		err = a.saveSnapshot(s)
+	}
+	if err != nil {
+		a.rt.log.Warn("store still failing; retrying", "session", a.id, "err", err, "waiting_inputs", len(a.deferred), "next_try", a.retryWait)
+		if errors.Is(err, store.ErrFenced) {
+			a.moved = true
+			go a.stop()
+			return
+		}
+		a.scheduleRetry()
+		return
+	}
+	a.rt.log.Info("store accepts writes again; session resumes", "session", a.id, "waiting_inputs", len(a.deferred))
+	a.state, a.poisoned, a.retryWait = s, nil, 0
+	// A batch to carry the deferred inputs; when the queue is full one is
+	// on its way anyway.
+	select {
+	case a.reqs <- request{fn: func() {}}:
+	default:
+	}
+}
+
+func (a *actor) saveSnapshot(s *core.State) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode snapshot: %w", err)
+	}
+	return a.rt.st.SnapshotSave(a.ctx, &store.SnapshotSaveParams{Session: string(a.id), Epoch: a.lease.Epoch, Seq: s.Seq, Data: data})
+}
+
+// after runs once a batch is committed: logs drops, settles waiters, starts
+// effects, re-arms the deadline timer and snapshots now and then.
+func (a *actor) after(events []core.Event, effects []core.Effect) {
+	for _, e := range events {
+		switch b := e.Body.(type) {
+		case *core.Dropped:
+			a.rt.log.Warn("dropped", "session", a.id, "what", b.What, "reason", b.Reason, "detail", b.Detail)
+			if o := a.rt.opts.Observer; o != nil {
+				o.Dropped(string(a.id), b.What, b.Reason)
+			}
+		case *core.MessageResolved:
+			if ws := a.msgWait[b.Msg]; len(ws) > 0 {
+				m := *a.state.Msgs[b.Msg]
+				for _, w := range ws {
+					w <- m
+				}
+				delete(a.msgWait, b.Msg)
+			}
+		}
+	}
+	if o := a.rt.opts.Observer; o != nil && len(events) > 0 {
+		o.Committed(string(a.id), events)
+	}
+	a.startEffects(effects)
+	a.armTimer()
+	a.sinceSnap += len(events)
+	if a.sinceSnap >= a.rt.opts.SnapshotEvery {
+		if err := a.saveSnapshot(a.state); err != nil {
+			a.rt.log.Warn("snapshot failed; recovery will replay more events", "session", a.id, "err", err)
+		} else {
+			a.sinceSnap = 0
+		}
+	}
+	if a.state.Quiescent() {
+		for _, w := range a.quiet {
+			close(w)
+		}
+		a.quiet = nil
+	}
+}
+
+// armTimer keeps one timer at the state's next deadline (DESIGN rule 4).
+func (a *actor) armTimer() {
+	next := core.NextDeadline(a.state)
+	if next.Equal(a.timerAt) {
+		return
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.timerAt = next
+	if next.IsZero() {
+		return
+	}
+	d := next.Sub(a.rt.clock.Now())
+	a.timer = a.rt.clock.AfterFunc(max(d, 0), func() { a.submitEffect(core.Tick{}) })
+}
+
+// renew extends the session lease; a lost lease stops the actor.
+func (a *actor) renew() {
+	l, err := a.rt.st.LeaseRenew(a.ctx, &store.LeaseRenewParams{
+		Session: string(a.id), Owner: a.lease.Owner, Epoch: a.lease.Epoch, TTL: a.rt.leaseTTL, Now: a.rt.clock.Now(),
+	})
+	switch {
+	case err == nil:
+		a.lease = l
+	case errors.Is(err, store.ErrFenced):
+		a.rt.log.Error("session lease lost; stopping the session here", "session", a.id)
+		a.moved = true
+		go a.stop()
+	default:
+		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err)
+	}
+}
+
+// killStale ends processes a previous owner of the session left behind.
+func (a *actor) killStale() {
+	for _, id := range a.state.TaskOrder {
+		t := a.state.Tasks[id]
+		if t.Kind != core.TaskShell || !t.Status.Live() || t.PID == 0 {
+			continue
+		}
+		killed, err := shell.KillStale(t.PID, t.StartTicks)
+		switch {
+		case err != nil:
+			a.rt.log.Warn("could not check a stale process", "session", a.id, "task", id, "pid", t.PID, "err", err)
+		case killed:
+			a.rt.log.Warn("ended a process left by the previous vigil", "session", a.id, "task", id, "pid", t.PID)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+// Command vigil runs durable AI-agent sessions in which the signal that
+// background work came back is never lost.
+//
+//	vigil run [flags] "prompt"     one headless session, like claude -p
+//	vigil sim [flags]              the deterministic simulator
+//
+// Run "vigil help" for every command.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what commands read and write; tests give their own.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// exitError carries a process exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func commands() map[string]command {
+	return map[string]command{
+		"run": {"run one session headless until it is quiescent, printing its timeline", cmdRun},
+		"sim": {"run the deterministic simulator over many seeds", cmdSim},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(runMain(ctx, e, os.Args[1:]))
+}
+
+func runMain(ctx context.Context, e *env, args []string) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(e.stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "vigil: unknown command %q\n\n", args[0])
+		usage(e.stderr, cmds)
+		return 2
+	}
+	if err := c.run(ctx, e, args[1:]); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil && ee.err.Error() != "" {
+				fmt.Fprintf(e.stderr, "vigil %s: %v\n", args[0], ee.err)
+			}
+			return ee.code
+		}
+		fmt.Fprintf(e.stderr, "vigil %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: vigil <command> [flags] [args]\n\ncommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'vigil <command> -h' for a command's flags.")
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var pf providerFlags
+	pf.register(fs)
+	var sf storeFlags
+	sf.register(fs)
+	format := fs.String("output-format", "text", "text (a timeline, then the reply), json (one object at the end) or stream-json (one event per line)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long, stating what was still pending")
+	cwd := fs.String("cwd", ".", "working directory of the session's file tools and shell commands")
+	mode := fs.String("permission-mode", "auto", "ask, accept-edits, auto (allow rules decide, the rest is denied) or bypass")
+	var allow, deny stringList
+	fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
+	fs.Var(&deny, "deny", "deny rule (repeatable)")
+	verbose := fs.Bool("v", false, "log at debug level to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: vigil run [flags] \"prompt\"\n\nRuns one session until it is quiescent (no run in progress, no live task, every inbox empty)\nand prints its timeline and the main agent's final reply.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return &exitError{code: 2}
+	}
+	if fs.NArg() != 1 || strings.TrimSpace(fs.Arg(0)) == "" {
+		fs.Usage()
+		return &exitError{code: 2, err: errors.New("give exactly one prompt")}
+	}
+	switch *format {
+	case "text", "json", "stream-json":
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("unknown --output-format %q", *format)}
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	provs, err := pf.build(e, logger)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	rt, err := vigil.Open(ctx, vigil.Options{
+		Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if provs.note != "" && *format == "text" {
+		fmt.Fprintln(e.stdout, provs.note)
+	}
+	sess, err := rt.CreateSession(ctx, vigil.SessionParams{
+		Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: pf.model, Cwd: *cwd,
+		Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
+	})
+	if err != nil {
+		return err
+	}
+	id := string(sess.ID)
+	start := time.Now()
+	tctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	sub, err := rt.Subscribe(tctx, id, 0)
+	if err != nil {
+		return err
+	}
+	printer := newTimeline(e.stdout, start, *format)
+	printed := make(chan struct{})
+	target := make(chan int64, 1)
+	go func() {
+		defer close(printed)
+		want := int64(-1)
+		for {
+			select {
+			case rec, ok := <-sub.C:
+				if !ok {
+					return
+				}
+				printer.record(rec)
+				if want >= 0 && rec.Seq >= want {
+					return
+				}
+			case want = <-target:
+				if printer.last >= want {
+					return
+				}
+			}
+		}
+	}()
+	waitErr := rt.WaitQuiescent(tctx, id)
+	// Print every event committed up to now before the result.
+	s, serr := rt.State(ctx, id)
+	if serr == nil {
+		target <- s.Seq
+		select {
+		case <-printed:
+		case <-ctx.Done():
+		}
+	}
+	sub.Close()
+	<-printed
+	if serr != nil {
+		return serr
+	}
+	res := summarize(s, time.Since(start))
+	if waitErr != nil {
+		res.Status = "timeout"
+		if ctx.Err() != nil {
+			res.Status = "interrupted"
+		}
+		res.Pending = pending(s)
+	}
+	if err := printer.result(res, sf.memory); err != nil {
+		return err
+	}
+	switch {
+	case waitErr != nil && ctx.Err() != nil:
+		return &exitError{code: 130}
+	case waitErr != nil:
+		return &exitError{code: 2}
+	case res.MainStatus != string(core.RunCompleted):
+		return &exitError{code: 3}
+	}
+	return nil
+}
+
+// result is what vigil run reports at the end.
+type result struct {
+	Session       string   `json:"session"`
+	Status        string   `json:"status"` // quiescent, timeout, interrupted
+	Reply         string   `json:"reply"`
+	MainStatus    string   `json:"main_status"`
+	DurationMS    int64    `json:"duration_ms"`
+	Runs          int      `json:"runs"`
+	Notifications int      `json:"notifications"`
+	Messages      int      `json:"messages"`
+	InputTokens   int64    `json:"input_tokens"`
+	OutputTokens  int64    `json:"output_tokens"`
+	Drops         int      `json:"drops"`
+	Pending       []string `json:"pending,omitempty"`
+}
+
+func summarize(s *core.State, d time.Duration) result {
+	r := result{Session: string(s.Session.ID), Status: "quiescent", DurationMS: d.Milliseconds(), Notifications: len(s.NoteOrder), Messages: len(s.Msgs)}
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		r.Runs += len(a.Runs)
+		r.InputTokens += a.Usage.InputTokens
+		r.OutputTokens += a.Usage.OutputTokens
+	}
+	for _, n := range s.Drops {
+		r.Drops += n
+	}
+	main := s.Agents[core.MainAgent]
+	if n := len(main.Runs); n > 0 {
+		r.Reply = main.Runs[n-1].Reply
+		r.MainStatus = string(main.Runs[n-1].Status)
+		if main.Runs[n-1].Error != "" {
+			r.Reply = "error: " + main.Runs[n-1].Error
+		}
+	}
+	return r
+}
+
+// pending lists what keeps a session from being quiescent.
+func pending(s *core.State) []string {
+	var out []string
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if r := a.Run; r != nil {
+			what := fmt.Sprintf("run %s#%d in progress", a.Name, r.Seq)
+			if r.Call != nil {
+				what += fmt.Sprintf(" (model call %s %s)", r.Call.ID, r.Call.State)
+			} else if n := len(r.Tools); n > 0 {
+				what += fmt.Sprintf(" (%d tool call(s) running)", n)
+			}
+			out = append(out, what)
+		}
+	}
+	for _, st := range core.Status(s) {
+		out = append(out, fmt.Sprintf("inbox of %s: %d item(s): %s", st.Name, st.Items, st.Reason))
+	}
+	for _, id := range s.TaskOrder {
+		if t := s.Tasks[id]; t.Kind == core.TaskShell && t.Status.Live() {
+			out = append(out, fmt.Sprintf("task %s %s: %s", id, t.Status, t.Command))
+		}
+	}
+	for _, t := range s.Timers {
+		out = append(out, fmt.Sprintf("wakeup %s for %s at %s", t.ID, t.Agent, t.At.Format(time.RFC3339)))
+	}
+	for _, p := range s.Approvals {
+		out = append(out, fmt.Sprintf("permission request %s (%s) waits for an answer", p.ID, p.Tool))
+	}
+	return out
+}
+
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}
+
+// storeFlags choose where sessions are kept.
+type storeFlags struct {
+	memory bool
+	data   string
+	db     string
+}
+
+func (f *storeFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.memory, "memory", false, "keep the session in memory only (nothing survives the process)")
+	fs.StringVar(&f.data, "data", "", "data directory (default: $VIGIL_DATA, else the user's data directory)/vigil")
+	fs.StringVar(&f.db, "db", "", "database: a postgres:// URL (default: SQLite in the data directory)")
+}
+
+// dataDir returns the data directory.
+func (f *storeFlags) dataDir(e *env) (string, error) {
+	if f.data != "" {
+		return f.data, nil
+	}
+	if d := e.getenv("VIGIL_DATA"); d != "" {
+		return d, nil
+	}
+	if d := e.getenv("XDG_DATA_HOME"); d != "" {
+		return d + "/vigil", nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find a data directory (set --data or VIGIL_DATA): %w", err)
+	}
+	return home + "/.local/share/vigil", nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+var _ store.Store

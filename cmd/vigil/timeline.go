@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// timeline prints a session's events as they commit: time, agent, what
+// happened.
+type timeline struct {
+	w      io.Writer
+	start  time.Time
+	format string
+	names  map[core.AgentID]string
+	last   int64
+}
+
+func newTimeline(w io.Writer, start time.Time, format string) *timeline {
+	return &timeline{w: w, start: start, format: format, names: map[core.AgentID]string{core.MainAgent: "main"}}
+}
+
+func (t *timeline) record(rec store.Record) {
+	t.last = rec.Seq
+	if t.format == "stream-json" {
+		_ = writeJSON(t.w, map[string]any{"type": "event", "seq": rec.Seq, "at": rec.At, "event": rec.Type, "data": jsonRaw(rec.Data)})
+		return
+	}
+	if t.format != "text" {
+		return
+	}
+	e, err := vigil.DecodeEvent(rec)
+	if err != nil {
+		fmt.Fprintf(t.w, "?? %v\n", err)
+		return
+	}
+	if line := t.describe(e); line != "" {
+		fmt.Fprintf(t.w, "%8s  %-6s %s\n", fmtElapsed(rec.At.Sub(t.start)), t.who(e), line)
+	}
+}
+
+type jsonRaw []byte
+
+func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
+
+func fmtElapsed(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return fmt.Sprintf("%.3fs", d.Seconds())
+}
+
+func (t *timeline) name(id core.AgentID) string {
+	if n, ok := t.names[id]; ok {
+		return n
+	}
+	return string(id)
+}
+
+func (t *timeline) who(e core.Event) string {
+	switch b := e.Body.(type) {
+	case *core.RunStarted:
+		return t.name(b.Agent)
+	case *core.RunEnded:
+		return t.name(b.Agent)
+	case *core.ToolCallStarted:
+		return t.name(b.Agent)
+	case *core.NotificationWritten:
+		return t.name(b.Note.Owner)
+	case *core.MessageSent:
+		if b.Msg.From == "user" {
+			return "user"
+		}
+		return t.name(core.AgentID(b.Msg.From))
+	case *core.MessageResolved:
+		return "·"
+	case *core.ModelCallRetrying:
+		return t.name(b.Agent)
+	case *core.ApprovalRequested:
+		return t.name(b.Approval.Agent)
+	case *core.AgentCreated:
+		return t.name(b.Agent.Owner)
+	}
+	return "·"
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}
+
+func (t *timeline) describe(e core.Event) string {
+	switch b := e.Body.(type) {
+	case *core.SessionCreated:
+		return "session " + string(b.Session.ID) + " created"
+	case *core.AgentCreated:
+		t.names[b.Agent.ID] = b.Agent.Name
+		return fmt.Sprintf("started subagent %s (%s, task %s)", b.Agent.Name, b.Agent.ID, b.Agent.Task)
+	case *core.RunStarted:
+		return fmt.Sprintf("run %d started (%s)", b.Seq, b.Kind)
+	case *core.RunEnded:
+		s := fmt.Sprintf("run %d %s", b.Seq, b.Status)
+		if b.Reply != "" {
+			s += ": " + clip(b.Reply, 100)
+		}
+		if b.Error != "" {
+			s += ": " + clip(b.Error, 100)
+		}
+		return s
+	case *core.ToolCallStarted:
+		return fmt.Sprintf("→ %s %s", b.Call.Name, clip(string(b.Call.Input), 90))
+	case *core.NotificationWritten:
+		n := b.Note
+		from := t.name(n.Agent)
+		if n.Kind == core.TaskShell {
+			from = "shell " + string(n.Key.Task)
+		}
+		s := fmt.Sprintf("← notification %s from %s (%s)", n.Key, from, n.Status)
+		if n.Delivery == core.DeliverToolResult {
+			s += " as the Agent tool's result"
+		}
+		if n.Reply != "" {
+			s += ": " + clip(n.Reply, 80)
+		}
+		if n.ExitCode != nil {
+			s += fmt.Sprintf(": exit %d", *n.ExitCode)
+		}
+		return s
+	case *core.MessageSent:
+		m := b.Msg
+		s := fmt.Sprintf("message %s → %s: %s", m.ID, t.name(m.To), m.Outcome)
+		if m.Outcome == core.OutcomePending {
+			s += " (its model round is in flight)"
+		}
+		if m.Reason != "" {
+			s += " (" + m.Reason + ")"
+		}
+		return s
+	case *core.MessageResolved:
+		if b.Outcome == core.OutcomeQueuedBehindStop {
+			return fmt.Sprintf("message %s: queued-behind-stop (run %d was its last round; run %d answers)", b.Msg, b.Run, b.Run+1)
+		}
+		return fmt.Sprintf("message %s: %s run %d", b.Msg, b.Outcome, b.Run)
+	case *core.TaskStarted:
+		if b.Task.Kind == core.TaskShell {
+			return fmt.Sprintf("shell task %s started: %s", b.Task.ID, clip(b.Task.Command, 80))
+		}
+	case *core.TaskUpdated:
+		if b.Ended {
+			return fmt.Sprintf("task %s %s", b.Task, b.Status)
+		}
+	case *core.ModelCallRetrying:
+		return fmt.Sprintf("model call %s backs off until %s: %s", b.Call, b.Until.Format("15:04:05.000"), b.Reason)
+	case *core.ApprovalRequested:
+		return fmt.Sprintf("waits for permission %s: %s", b.Approval.ID, b.Approval.Tool)
+	case *core.HoldSet:
+		return "user queue held"
+	case *core.HoldReleased:
+		return "user queue resumed"
+	case *core.Dropped:
+		return fmt.Sprintf("DROPPED %s: %s", b.What, b.Reason)
+	case *core.Recovered:
+		return fmt.Sprintf("recovered after a restart (incarnation %d)", b.Incarnation)
+	}
+	return ""
+}
+
+func (t *timeline) result(r result, memory bool) error {
+	switch t.format {
+	case "json":
+		return writeJSON(t.w, r)
+	case "stream-json":
+		return writeJSON(t.w, map[string]any{"type": "result", "result": r})
+	}
+	fmt.Fprintf(t.w, "\n%s after %.1fs: %d runs, %d notifications, %d messages, %d drops, %d+%d tokens\n",
+		r.Status, float64(r.DurationMS)/1000, r.Runs, r.Notifications, r.Messages, r.Drops, r.InputTokens, r.OutputTokens)
+	if len(r.Pending) > 0 {
+		fmt.Fprintln(t.w, "still pending:")
+		for _, p := range r.Pending {
+			fmt.Fprintln(t.w, "  "+p)
+		}
+		if memory {
+			fmt.Fprintln(t.w, "the session was in memory only: this work is abandoned with the process")
+		} else {
+			fmt.Fprintf(t.w, "the session %s is kept in the store; 'vigil serve' on the same data takes it over and finishes it\n", r.Session)
+		}
+	}
+	fmt.Fprintf(t.w, "\n%s\n", r.Reply)
+	return nil
+}

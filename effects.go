@@ -1,0 +1,273 @@
+package vigil
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+		"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/tool"
+)
+
+// startEffects starts a committed step's effects. Every outcome comes back
+// through submitEffect from another goroutine.
+func (a *actor) startEffects(effects []core.Effect) {
+	for _, ef := range effects {
+		switch ef := ef.(type) {
+		case core.CallModel:
+			a.startCall(ef)
+		case core.CancelCall:
+			a.cancelKey("call/" + string(ef.Call))
+			delete(a.started, ef.Call)
+		case core.ExecTool:
+			a.startTool(ef)
+		case core.CancelTool:
+			a.cancelKey("tool/" + string(ef.Agent) + "/" + ef.UseID)
+		case core.StartShell:
+			a.startShell(ef)
+		case core.StopShell:
+			if p := a.procs[ef.Task]; p != nil {
+				go p.Stop()
+			}
+		default:
+			a.rt.log.Error("unknown effect; ignored", "session", a.id, "effect", core.EffectName(ef))
+		}
+	}
+}
+
+func (a *actor) cancelKey(k string) {
+	if c := a.cancels[k]; c != nil {
+		c()
+		delete(a.cancels, k)
+	}
+}
+
+// startCall performs a model call through the session's provider.
+func (a *actor) startCall(ef core.CallModel) {
+	key := "call/" + string(ef.Call)
+	if _, running := a.cancels[key]; running {
+		return
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.cancels[key] = cancel
+	a.started[ef.Call] = a.rt.clock.Now()
+	name := ef.Provider
+	if name == "" {
+		name = a.rt.opts.DefaultProvider
+	}
+	p := a.rt.opts.Providers[name]
+	req := &provider.Request{
+		CallID: string(a.id) + "/" + string(ef.Call), Session: string(a.id), Agent: string(ef.Agent),
+		AgentName: ef.AgentName, Model: ef.Model, System: systemPrompt(a.state, ef), Messages: ef.Messages,
+		Tools: tool.Specs(),
+	}
+	go func() {
+		if p == nil {
+			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: fmt.Sprintf("no provider %q is configured", name)})
+			return
+		}
+		resp, err := provider.Collect(p.Stream(ctx, req), func(ev provider.Event) {
+			if ev.Type == provider.EventRetry && ev.Retry != nil {
+				a.submitEffect(core.ModelRetrying{
+					Agent: ef.Agent, Call: ef.Call, Attempt: ev.Retry.Attempt,
+					Until: a.rt.clock.Now().Add(ev.Retry.Delay), Reason: ev.Retry.Reason,
+				})
+			}
+		})
+		if ctx.Err() != nil {
+			return // cancelled by the core: nobody waits for this answer
+		}
+		if err != nil {
+			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: err.Error()})
+			return
+		}
+		a.submitEffect(core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: *resp})
+	}()
+}
+
+// systemPrompt tells an agent who it is and how vigil's tools behave.
+func systemPrompt(s *core.State, ef core.CallModel) string {
+	var b strings.Builder
+	if ef.IsMain {
+		b.WriteString("You are the main agent of a vigil session.")
+	} else {
+		fmt.Fprintf(&b, "You are %s, a subagent in a vigil session.", ef.AgentName)
+		if a := s.Agents[ef.Agent]; a != nil && a.Owner != "" {
+			if o := s.Agents[a.Owner]; o != nil {
+				fmt.Fprintf(&b, " Your owner is %s; your final answer of each run is delivered to it as a notification.", o.Name)
+			}
+		}
+	}
+	b.WriteString(`
+Background work: Agent with run_in_background and Bash with run_in_background return at once; each time such work finishes you receive a <task-notification> in a later turn, exactly once. You may end your turn while work runs: you will be woken.
+SendMessage tells you what happened: joined (the running turn sees it), queued-behind-stop (the agent was finishing; its next run answers), resumed (it was idle and started), rejected (with the reason).`)
+	if s.Session.Cwd != "" {
+		fmt.Fprintf(&b, "\nWorking directory: %s", s.Session.Cwd)
+	}
+	return b.String()
+}
+
+// startTool executes a tool call outside the core.
+func (a *actor) startTool(ef core.ExecTool) {
+	key := "tool/" + string(ef.Agent) + "/" + ef.UseID
+	if _, running := a.cancels[key]; running {
+		return
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.cancels[key] = cancel
+	roots := append([]string{a.state.Session.Cwd}, a.state.Session.Dirs...)
+	if a.state.Session.Cwd == "" {
+		roots = nil
+	}
+	dir := a.rt.sessionDir(a.id)
+	go func() {
+		res, isErr := a.rt.execTool(ctx, dir, roots, ef)
+		if ctx.Err() != nil {
+			return
+		}
+		a.submitEffect(core.ToolDone{Agent: ef.Agent, UseID: ef.UseID, Result: res, IsError: isErr})
+	}()
+}
+
+func (r *Runtime) execTool(ctx context.Context, sessionDir string, roots []string, ef core.ExecTool) (string, bool) {
+	switch ef.Name {
+	case "Bash":
+		return r.execBash(ctx, sessionDir, roots, ef)
+	case "TaskOutput":
+		return r.execTaskOutput(sessionDir, ef.Input)
+	case "Read", "Write", "Edit", "Glob", "Grep":
+		if len(roots) == 0 {
+			return "Error: this session has no working directory; file tools are unavailable", true
+		}
+		ws := tool.Workspace{Roots: roots}
+		return ws.Exec(ctx, ef.Name, ef.Input)
+	default:
+		return fmt.Sprintf("Error: unknown tool %q", ef.Name), true
+	}
+}
+
+func (r *Runtime) execBash(ctx context.Context, sessionDir string, roots []string, ef core.ExecTool) (string, bool) {
+	var in struct {
+		Command string `json:"command"`
+		Timeout int64  `json:"timeout"`
+	}
+	if err := json.Unmarshal(ef.Input, &in); err != nil || strings.TrimSpace(in.Command) == "" {
+		return "Error: command is required", true
+	}
+	timeout := 2 * time.Minute
+	if in.Timeout > 0 {
+		timeout = min(time.Duration(in.Timeout)*time.Millisecond, 10*time.Minute)
+	}
+	dir := ""
+	if len(roots) > 0 {
+		dir = roots[0]
+	}
+	out := filepath.Join(sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
+	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput})
+	var b strings.Builder
+	b.WriteString(res.Tail)
+	if res.Truncated || res.OutputBytes > int64(len(res.Tail)) {
+		fmt.Fprintf(&b, "\n[vigil: output was %d bytes; the last %d are shown; all of it is in %s]", res.OutputBytes, len(res.Tail), out)
+	}
+	switch {
+	case res.Err != "":
+		fmt.Fprintf(&b, "\n[error: %s]", res.Err)
+		return b.String(), true
+	case res.TimedOut:
+		fmt.Fprintf(&b, "\n[killed after the %s timeout]", timeout)
+		return b.String(), true
+	case res.ExitCode != 0:
+		fmt.Fprintf(&b, "\n[exit code %d%s]", res.ExitCode, signalNote(res.Signal))
+		return b.String(), true
+	}
+	return b.String(), false
+}
+
+func signalNote(sig string) string {
+	if sig == "" {
+		return ""
+	}
+	return ", " + sig
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+func (r *Runtime) execTaskOutput(sessionDir string, input json.RawMessage) (string, bool) {
+	var in struct {
+		TaskID     string `json:"task_id"`
+		OutputPath string `json:"output_path"`
+		Status     string `json:"status"`
+		ExitCode   *int   `json:"exit_code"`
+		Offset     int64  `json:"offset"`
+		Limit      int64  `json:"limit"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil {
+		return "Error: invalid input: " + err.Error(), true
+	}
+	if in.OutputPath == "" || strings.Contains(in.OutputPath, "..") {
+		return "Error: task has no output file", true
+	}
+	limit := in.Limit
+	if limit <= 0 || limit > int64(r.opts.MaxToolOutput) {
+		limit = int64(r.opts.MaxToolOutput)
+	}
+	data, next, err := shell.ReadOutput(filepath.Join(sessionDir, filepath.FromSlash(in.OutputPath)), in.Offset, limit)
+	if err != nil && !os.IsNotExist(err) {
+		return "Error: read output: " + err.Error(), true
+	}
+	res := map[string]any{"task_id": in.TaskID, "status": in.Status, "output": string(data), "next_offset": next}
+	if in.ExitCode != nil {
+		res["exit_code"] = *in.ExitCode
+	}
+	b, _ := json.Marshal(res)
+	return string(b), false
+}
+
+// startShell starts a background shell task's process.
+func (a *actor) startShell(ef core.StartShell) {
+	out, err := a.rt.resolveOutput(a.id, ef.OutputPath)
+	if err != nil {
+		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
+		return
+	}
+	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out})
+	if err != nil {
+		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
+		return
+	}
+	a.procs[ef.Task] = p
+	go func() {
+		a.submitEffect(core.ProcessStarted{Task: ef.Task, PID: p.PID(), StartTicks: p.StartTime()})
+		res := p.Wait()
+		a.submitEffect(core.ProcessExited{
+			Task: ef.Task, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
+			Stopped: res.Stopped, Tail: tail(res.Tail, 2000),
+		})
+	}()
+}
+
+// tail returns the last n bytes of s, cut at a character boundary.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return "…" + s[i:]
+}

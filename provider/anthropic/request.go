@@ -1,0 +1,111 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"fmt"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
+
+	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/provider"
+)
+
+// params maps a vigil request onto the Messages API.
+//
+//   - Tool results always travel in user messages, whatever role the
+//     message that held them had.
+//   - Consecutive messages of one role are merged, so roles alternate.
+//   - Within a user message, tool_result blocks come first (the API wants
+//     them right after the assistant's tool_use), other blocks after them,
+//     each group in its original order.
+//   - Empty text blocks are dropped (the API rejects them), and so are the
+//     messages they leave empty.
+func (p *Provider) params(req *provider.Request) (sdk.MessageNewParams, error) {
+	params := sdk.MessageNewParams{
+		Model:     sdk.Model(cmp(req.Model, p.model)),
+		MaxTokens: int64(p.maxTokens),
+	}
+	if req.MaxTokens > 0 {
+		params.MaxTokens = int64(req.MaxTokens)
+	}
+	if req.System != "" {
+		params.System = []sdk.TextBlockParam{{Text: req.System}}
+	}
+	for _, t := range req.Tools {
+		schema := t.InputSchema
+		if len(schema) == 0 {
+			schema = json.RawMessage(`{"type":"object","properties":{}}`)
+		} else if !json.Valid(schema) {
+			return params, fmt.Errorf("tool %s: input schema is not valid JSON", t.Name)
+		}
+		tool := &sdk.ToolParam{
+			Name:        t.Name,
+			InputSchema: param.Override[sdk.ToolInputSchemaParam](schema),
+		}
+		if t.Description != "" {
+			tool.Description = sdk.String(t.Description)
+		}
+		params.Tools = append(params.Tools, sdk.ToolUnionParam{OfTool: tool})
+	}
+
+	type turn struct {
+		role            chat.Role
+		results, others []sdk.ContentBlockParamUnion
+	}
+	var turns []*turn
+	for i, m := range req.Messages {
+		if m.Role != chat.RoleUser && m.Role != chat.RoleAssistant {
+			return params, fmt.Errorf("message %d: unknown role %q", i, m.Role)
+		}
+		for _, b := range m.Content {
+			role := m.Role
+			var out sdk.ContentBlockParamUnion
+			switch b.Type {
+			case chat.BlockText:
+				if b.Text == "" {
+					continue
+				}
+				out = sdk.NewTextBlock(b.Text)
+			case chat.BlockToolUse:
+				in := b.Input
+				if len(in) == 0 {
+					in = json.RawMessage(`{}`)
+				} else if !json.Valid(in) {
+					return params, fmt.Errorf("message %d: tool_use %s input is not valid JSON", i, b.ID)
+				}
+				out = sdk.NewToolUseBlock(b.ID, in, b.Name)
+			case chat.BlockToolResult:
+				role = chat.RoleUser
+				r := &sdk.ToolResultBlockParam{ToolUseID: b.ToolUseID}
+				if b.Content != "" {
+					r.Content = []sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: b.Content}}}
+				}
+				if b.IsError {
+					r.IsError = sdk.Bool(true)
+				}
+				out = sdk.ContentBlockParamUnion{OfToolResult: r}
+			default:
+				return params, fmt.Errorf("message %d: unknown block type %q", i, b.Type)
+			}
+			if n := len(turns); n == 0 || turns[n-1].role != role {
+				turns = append(turns, &turn{role: role})
+			}
+			t := turns[len(turns)-1]
+			if b.Type == chat.BlockToolResult {
+				t.results = append(t.results, out)
+			} else {
+				t.others = append(t.others, out)
+			}
+		}
+	}
+	for _, t := range turns {
+		blocks := append(t.results, t.others...)
+		if t.role == chat.RoleUser {
+			params.Messages = append(params.Messages, sdk.NewUserMessage(blocks...))
+		} else {
+			params.Messages = append(params.Messages, sdk.NewAssistantMessage(blocks...))
+		}
+	}
+	return params, nil
+}

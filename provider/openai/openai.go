@@ -1,0 +1,556 @@
+// Package openai adapts OpenAI-compatible Chat Completions, streamed over
+// SSE, to provider.Provider: the OpenAI API itself, and the servers that
+// speak its dialect (Ollama at http://localhost:11434/v1, vLLM, llama.cpp,
+// LM Studio, OpenRouter).
+//
+// It uses github.com/openai/openai-go for the request types and their
+// JSON, the HTTP call, and SSE framing. It does not use the SDK's retries
+// or its stream iterator: vigil runs its own retry loop, because it must
+// announce each backoff as a provider.EventRetry before sleeping and must
+// retry (or report as ErrTruncated) a stream cut before its end, which the
+// SDK's iterator cannot tell from a complete one (it treats "data: [DONE]"
+// and a closed connection alike); and it accumulates tool calls itself to
+// validate their JSON and to tell a dropped connection from a malformed
+// frame. The SDK's client is not used either, since it reads OPENAI_API_KEY,
+// OPENAI_BASE_URL and other variables from the environment and would send
+// a real OpenAI key to whatever local server BaseURL names: only the chat
+// completion service is built, from explicit options.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/provider"
+)
+
+// DefaultBaseURL is the OpenAI API.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Options configure a Provider. Nil or zero fields mean the defaults.
+type Options struct {
+	// Name identifies the provider in errors and logs; empty means
+	// "openai".
+	Name string
+	// APIKey is sent as a bearer token. Empty sends none: local servers
+	// need none.
+	APIKey string
+	// BaseURL is the API root including /v1, e.g.
+	// http://localhost:11434/v1; empty means DefaultBaseURL.
+	BaseURL string
+	// Model is used when a Request names none. There is no default: model
+	// names differ from server to server.
+	Model string
+	// MaxTokens is used when a Request sets none; zero sends no limit and
+	// leaves it to the server.
+	MaxTokens int
+	// MaxCompletionTokens sends the limit as max_completion_tokens, which
+	// OpenAI's reasoning models require, instead of max_tokens, which
+	// every compatible server understands.
+	MaxCompletionTokens bool
+	// HTTPClient sends the requests; nil means a client whose transport
+	// waits at most 10 minutes for response headers.
+	HTTPClient *http.Client
+	// Retry is the retry policy.
+	Retry RetryPolicy
+	// Logger receives retries (warn) and attempts (debug); nil discards.
+	Logger *slog.Logger
+	// Header holds extra request headers, e.g. OpenRouter's HTTP-Referer.
+	Header http.Header
+}
+
+// Provider talks to an OpenAI-compatible Chat Completions endpoint. It is
+// safe for concurrent use.
+type Provider struct {
+	name      string
+	apiKey    string
+	model     string
+	maxTokens int
+	mct       bool
+	retry     RetryPolicy
+	log       *slog.Logger
+	chat      sdk.ChatCompletionService
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Provider configured by opts.
+func New(opts Options) *Provider {
+	p := &Provider{
+		name:      cmp(opts.Name, "openai"),
+		apiKey:    opts.APIKey,
+		model:     opts.Model,
+		maxTokens: opts.MaxTokens,
+		mct:       opts.MaxCompletionTokens,
+		retry:     opts.Retry.withDefaults(),
+		log:       opts.Logger,
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 10 * time.Minute
+		hc = &http.Client{Transport: t}
+	}
+	sdkOpts := []option.RequestOption{
+		option.WithBaseURL(cmp(opts.BaseURL, DefaultBaseURL)),
+		option.WithHTTPClient(hc),
+		option.WithMaxRetries(0),
+	}
+	if opts.APIKey != "" {
+		sdkOpts = append(sdkOpts, option.WithAPIKey(opts.APIKey))
+	}
+	for k, vs := range opts.Header {
+		for _, v := range vs {
+			sdkOpts = append(sdkOpts, option.WithHeaderAdd(k, v))
+		}
+	}
+	p.chat = sdk.NewChatCompletionService(sdkOpts...)
+	return p
+}
+
+func cmp(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return p.name }
+
+// Stream implements provider.Provider. It yields EventText deltas as they
+// arrive, an EventToolUse per tool call once the answer is complete, an
+// EventRetry before each backoff (the output yielded before it is void),
+// and ends with one EventDone or one *provider.Error.
+func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
+	return func(yield func(provider.Event, error) bool) {
+		params, err := p.params(req)
+		if err != nil {
+			yield(provider.Event{}, p.newError(provider.ErrBadRequest, 0, err.Error(), false))
+			return
+		}
+		for attempt := 1; ; attempt++ {
+			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", attempt)
+			resp, f, stopped := p.attempt(ctx, req.CallID, params, yield)
+			if stopped {
+				return
+			}
+			if f == nil {
+				yield(provider.Event{Type: provider.EventDone, Response: resp}, nil)
+				return
+			}
+			e := f.err
+			e.Attempts = attempt
+			if ctx.Err() != nil {
+				yield(provider.Event{}, p.canceled(ctx, attempt))
+				return
+			}
+			if !e.Retryable || attempt >= p.retry.MaxAttempts {
+				yield(provider.Event{}, e)
+				return
+			}
+			delay := p.retry.backoff(attempt)
+			if f.hasWait {
+				if f.wait > p.retry.MaxRetryAfter {
+					e.Message += fmt.Sprintf(" (server asks to retry after %s)", f.wait)
+					yield(provider.Event{}, e)
+					return
+				}
+				delay = f.wait
+			}
+			reason := reasonOf(e)
+			p.log.Warn("model call failed; retrying", "provider", p.name, "call", req.CallID,
+				"attempt", attempt, "delay", delay, "reason", reason)
+			if !yield(provider.Event{Type: provider.EventRetry, Retry: &provider.Retry{Attempt: attempt, Delay: delay, Reason: reason}}, nil) {
+				return
+			}
+			if err := p.retry.Sleep(ctx, delay); err != nil {
+				yield(provider.Event{}, p.canceled(ctx, attempt))
+				return
+			}
+		}
+	}
+}
+
+func reasonOf(e *provider.Error) string {
+	if e.Status != 0 {
+		return fmt.Sprintf("%d %s", e.Status, e.Message)
+	}
+	return string(e.Kind) + ": " + e.Message
+}
+
+func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, retryable bool) *provider.Error {
+	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: redact(msg, p.apiKey), Retryable: retryable}
+}
+
+func (p *Provider) canceled(ctx context.Context, attempts int) *provider.Error {
+	msg := "context canceled"
+	if err := ctx.Err(); err != nil {
+		msg = err.Error()
+	}
+	e := p.newError(provider.ErrCanceled, 0, msg, false)
+	e.Attempts = attempts
+	return e
+}
+
+// attempt makes one request and reads its stream. It returns the response,
+// or the failure, or stopped when the consumer stopped the iteration.
+func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCompletionNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *failure, stopped bool) {
+	var res *http.Response
+	if err := p.chat.NewStreaming(ctx, params, option.WithResponseInto(&res)).Err(); err != nil {
+		if res != nil && res.StatusCode >= 400 {
+			return nil, p.httpFailure(res), false
+		}
+		if res != nil && res.Body != nil {
+			res.Body.Close()
+		}
+		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, err.Error(), transportRetryable(err))}, false
+	}
+	if res == nil || res.Body == nil {
+		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
+	}
+	defer res.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == "application/json" {
+		// Not a stream: an error in a 200, or a server that ignored
+		// "stream": true. Either way, no retry will change it.
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		if we, ok := parseErrorBody(body); ok {
+			se := inStreamError(we)
+			return nil, &failure{err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
+		}
+		return nil, &failure{err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+truncate(string(body), 200), false)}, false
+	}
+
+	dec := ssestream.NewDecoder(res)
+	acc := &accumulator{model: params.Model, callID: callID, calls: map[int64]*toolCall{}}
+	for dec.Next() {
+		evs, err := acc.add(dec.Event())
+		if err != nil {
+			return nil, &failure{err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
+		}
+		for _, ev := range evs {
+			if !yield(ev, nil) {
+				return nil, nil, true
+			}
+		}
+		if acc.done {
+			break
+		}
+	}
+	if !acc.done {
+		if err := dec.Err(); err != nil || acc.finish == "" {
+			msg := "stream ended before [DONE] and before a finish_reason"
+			if err != nil {
+				msg += ": " + err.Error()
+			}
+			return nil, &failure{err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
+		}
+	}
+	evs, resp, serr := acc.response()
+	if serr != nil {
+		return nil, &failure{err: p.newError(serr.kind, 0, serr.msg, serr.retryable)}, false
+	}
+	for _, ev := range evs {
+		if !yield(ev, nil) {
+			return nil, nil, true
+		}
+	}
+	return resp, nil, false
+}
+
+// wireError is the error object of an OpenAI-style error body. Compatible
+// servers vary: code may be a string or a number, and some send the error
+// as a bare string.
+type wireError struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+}
+
+func (e wireError) code() string {
+	var s string
+	if json.Unmarshal(e.Code, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(e.Code, &n) == nil {
+		return n.String()
+	}
+	return ""
+}
+
+// text is "type: message", with the code when it says more than the type.
+func (e wireError) text() string {
+	label := e.Type
+	if c := e.code(); c != "" && c != e.Type {
+		label = joinNonEmpty(" ", label, "("+c+")")
+	}
+	return joinNonEmpty(": ", label, e.Message)
+}
+
+// parseErrorBody reads {"error":{...}}, {"error":"..."} or {"message":...}.
+func parseErrorBody(body []byte) (wireError, bool) {
+	var top struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+	}
+	if json.Unmarshal(body, &top) != nil {
+		return wireError{}, false
+	}
+	var we wireError
+	if json.Unmarshal(top.Error, &we) == nil && (we.Message != "" || we.Type != "") {
+		return we, true
+	}
+	var s string
+	if json.Unmarshal(top.Error, &s) == nil && s != "" {
+		return wireError{Message: s}, true
+	}
+	if top.Message != "" {
+		return wireError{Message: top.Message}, true
+	}
+	return wireError{}, false
+}
+
+func (p *Provider) httpFailure(res *http.Response) *failure {
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	var msg, errType string
+	if we, ok := parseErrorBody(body); ok {
+		errType = we.Type
+		msg = we.text()
+	} else if s := truncate(string(body), 300); s != "" {
+		msg = s
+	} else {
+		msg = http.StatusText(res.StatusCode)
+	}
+	if id := res.Header.Get("x-request-id"); id != "" {
+		msg += " (request-id " + id + ")"
+	}
+	kind, retryable := statusKind(res.StatusCode, errType)
+	f := &failure{err: p.newError(kind, res.StatusCode, msg, retryable)}
+	f.wait, f.hasWait = retryAfter(res.Header, p.retry.Now())
+	return f
+}
+
+func joinNonEmpty(sep string, parts ...string) string {
+	var out []string
+	for _, s := range parts {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, sep)
+}
+
+// streamError is a failure found in the stream's content.
+type streamError struct {
+	kind      provider.ErrorKind
+	msg       string
+	retryable bool
+}
+
+func malformed(format string, args ...any) *streamError {
+	return &streamError{kind: provider.ErrMalformed, msg: fmt.Sprintf(format, args...)}
+}
+
+// inStreamError classifies an error object sent in the middle of a stream.
+// An error the server could not classify is taken as a retryable server
+// error: the request was accepted, so it was well-formed.
+func inStreamError(we wireError) *streamError {
+	label := strings.ToLower(we.Type + " " + we.code())
+	kind, retryable := provider.ErrServer, true
+	if n, err := strconv.Atoi(we.code()); err == nil && n >= 400 {
+		kind, retryable = statusKind(n, we.Type)
+	}
+	switch {
+	case strings.Contains(label, "overloaded"):
+		kind, retryable = provider.ErrOverloaded, true
+	case strings.Contains(label, "rate_limit"):
+		kind, retryable = provider.ErrRateLimited, true
+	case strings.Contains(label, "invalid_request"):
+		kind, retryable = provider.ErrBadRequest, false
+	case strings.Contains(label, "authentication"), strings.Contains(label, "permission"):
+		kind, retryable = provider.ErrAuth, false
+	}
+	return &streamError{kind: kind, msg: we.text() + " (in stream)", retryable: retryable}
+}
+
+// accumulator builds a response from the chunks of one stream. Only the
+// first choice (index 0) is read.
+type accumulator struct {
+	model  string
+	callID string
+	text   strings.Builder
+	calls  map[int64]*toolCall
+	order  []int64
+	finish string
+	usage  chat.Usage
+	done   bool // data: [DONE] arrived
+}
+
+type toolCall struct {
+	id, name string
+	args     strings.Builder
+}
+
+func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
+	data := strings.TrimSpace(string(ev.Data))
+	if data == "" {
+		return nil, nil
+	}
+	if data == "[DONE]" {
+		a.done = true
+		return nil, nil
+	}
+	var probe struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(data), &probe); err != nil {
+		return nil, malformed("chunk: %v", err)
+	}
+	if len(probe.Error) > 0 && string(probe.Error) != "null" {
+		we, ok := parseErrorBody([]byte(data))
+		if !ok {
+			we = wireError{Message: truncate(string(probe.Error), 300)}
+		}
+		return nil, inStreamError(we)
+	}
+	if ev.Type == "error" {
+		return nil, inStreamError(wireError{Message: truncate(data, 300)})
+	}
+	var c sdk.ChatCompletionChunk
+	if err := json.Unmarshal([]byte(data), &c); err != nil {
+		return nil, malformed("chunk: %v", err)
+	}
+	if c.Model != "" {
+		a.model = c.Model
+	}
+	if c.JSON.Usage.Valid() {
+		u := c.Usage
+		cached := u.PromptTokensDetails.CachedTokens
+		written := u.PromptTokensDetails.CacheWriteTokens
+		a.usage = chat.Usage{
+			InputTokens:      max(0, u.PromptTokens-cached-written),
+			OutputTokens:     u.CompletionTokens,
+			CacheReadTokens:  cached,
+			CacheWriteTokens: written,
+		}
+	}
+	var out []provider.Event
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		d := ch.Delta
+		for _, s := range []string{d.Content, d.Refusal} {
+			if s != "" {
+				a.text.WriteString(s)
+				out = append(out, provider.Event{Type: provider.EventText, Text: s})
+			}
+		}
+		for _, tc := range d.ToolCalls {
+			key := tc.Index
+			if !tc.JSON.Index.Valid() {
+				// Servers that omit the index send one call per delta,
+				// each with its own id.
+				key = int64(len(a.order)) - 1
+				if tc.ID != "" || key < 0 {
+					key = int64(len(a.order))
+				}
+			}
+			call, ok := a.calls[key]
+			if !ok {
+				call = &toolCall{}
+				a.calls[key] = call
+				a.order = append(a.order, key)
+			}
+			if call.id == "" {
+				call.id = tc.ID
+			}
+			if call.name == "" {
+				call.name = tc.Function.Name
+			}
+			call.args.WriteString(tc.Function.Arguments)
+		}
+		if ch.FinishReason != "" {
+			a.finish = ch.FinishReason
+		}
+	}
+	return out, nil
+}
+
+// response validates the tool calls and builds the response, with an
+// EventToolUse for each call.
+func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError) {
+	r := &chat.Response{Usage: a.usage, Model: a.model}
+	if a.text.Len() > 0 {
+		r.Content = append(r.Content, chat.Text(a.text.String()))
+	}
+	var evs []provider.Event
+	for i, key := range a.order {
+		call := a.calls[key]
+		if call.name == "" {
+			return nil, nil, malformed("tool call %d has no function name", i)
+		}
+		id := call.id
+		if id == "" {
+			id = fmt.Sprintf("call_%s_%d", cmp(a.callID, "vigil"), i)
+		}
+		in := strings.TrimSpace(call.args.String())
+		if in == "" {
+			in = "{}"
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(in), &obj); err != nil || obj == nil {
+			msg := "not an object"
+			if err != nil {
+				msg = err.Error()
+			}
+			return nil, nil, malformed("tool call %s (%s): arguments are not a JSON object: %s: %s", id, call.name, msg, truncate(in, 200))
+		}
+		compact, _ := json.Marshal(json.RawMessage(in))
+		b := chat.Block{Type: chat.BlockToolUse, ID: id, Name: call.name, Input: compact}
+		r.Content = append(r.Content, b)
+		ev := b
+		ev.Input = append(json.RawMessage(nil), compact...)
+		evs = append(evs, provider.Event{Type: provider.EventToolUse, Block: &ev})
+	}
+	r.StopReason = stopReason(a.finish, len(a.order) > 0)
+	return evs, r, nil
+}
+
+func stopReason(finish string, calls bool) chat.StopReason {
+	switch finish {
+	case "tool_calls", "function_call":
+		return chat.StopToolUse
+	case "stop", "eos", "end_turn":
+		if calls {
+			// Ollama and others report "stop" for an answer with calls.
+			return chat.StopToolUse
+		}
+		return chat.StopEndTurn
+	case "length":
+		return chat.StopMaxTokens
+	case "content_filter":
+		return chat.StopRefusal
+	default:
+		return chat.StopUnknown
+	}
+}

@@ -1,0 +1,93 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestBackoffFullJitter(t *testing.T) {
+	p := RetryPolicy{Rand: func() float64 { return 0.999999 }}.withDefaults()
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	for i, w := range want {
+		got := p.backoff(i + 1)
+		if got > w || got < w-w/1000 {
+			t.Errorf("backoff(%d) = %s, want just under %s", i+1, got, w)
+		}
+	}
+	p.Rand = func() float64 { return 0 }
+	if got := p.backoff(3); got != 0 {
+		t.Errorf("full jitter with rand 0 = %s, want 0", got)
+	}
+	p = RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: 250 * time.Millisecond, Rand: func() float64 { return 0.5 }}.withDefaults()
+	if got := p.backoff(10); got != 125*time.Millisecond {
+		t.Errorf("capped backoff = %s", got)
+	}
+	if p.MaxAttempts != 5 || p.MaxRetryAfter != 5*time.Minute {
+		t.Errorf("defaults = %+v", p)
+	}
+}
+
+func TestRetryAfterHeader(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    http.Header
+		want time.Duration
+		ok   bool
+	}{
+		{http.Header{}, 0, false},
+		{http.Header{"Retry-After": {"2"}}, 2 * time.Second, true},
+		{http.Header{"Retry-After": {"0.5"}}, 500 * time.Millisecond, true},
+		{http.Header{"Retry-After": {now.Add(time.Minute).Format(http.TimeFormat)}}, time.Minute, true},
+		{http.Header{"Retry-After": {now.Add(-time.Minute).Format(http.TimeFormat)}}, 0, true},
+		{http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"9"}}, 250 * time.Millisecond, true},
+		{http.Header{"Retry-After-Ms": {"junk"}, "Retry-After": {"9"}}, 9 * time.Second, true},
+		{http.Header{"Retry-After": {"soon"}}, 0, false},
+		{http.Header{"Retry-After": {"-3"}}, 0, false},
+	} {
+		got, ok := retryAfter(tc.h, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(%v) = %s, %v; want %s, %v", tc.h, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestDefaultSleepHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("sleep = %v", err)
+	}
+	if err := sleep(context.Background(), time.Microsecond); err != nil {
+		t.Errorf("sleep = %v", err)
+	}
+}
+
+func TestStatusKind(t *testing.T) {
+	for _, tc := range []struct {
+		status    int
+		typ       string
+		kind      string
+		retryable bool
+	}{
+		{429, "rate_limit_error", "rate_limited", true},
+		{500, "", "server", true},
+		{501, "", "server", true},
+		{504, "", "server", true},
+		{505, "", "server", false},
+		{529, "", "overloaded", true},
+		{500, "overloaded_error", "overloaded", true},
+		{400, "", "bad_request", false},
+		{401, "", "auth", false},
+		{403, "", "auth", false},
+		{404, "", "bad_request", false},
+		{413, "", "bad_request", false},
+	} {
+		kind, retryable := statusKind(tc.status, tc.typ)
+		if string(kind) != tc.kind || retryable != tc.retryable {
+			t.Errorf("statusKind(%d, %q) = %s, %v", tc.status, tc.typ, kind, retryable)
+		}
+	}
+}

@@ -1,0 +1,638 @@
+// Package providertest runs fake model servers on loopback for tests: an
+// Anthropic Messages API and an OpenAI-compatible Chat Completions API, both
+// speaking the real streaming wire formats (SSE). A test scripts what the
+// fake answers to each request, and reads back what the fake received.
+//
+// A typical scenario test plays the model's side of a whole session:
+//
+//	srv := providertest.NewAnthropic(t)
+//	srv.On(providertest.Nth(1), providertest.Answer(providertest.ToolUse("t1", "bash", `{"cmd":"ls"}`)))
+//	srv.On(providertest.LastUserContains("README"), providertest.Answer(chat.Text("done")))
+//	p := anthropic.New(anthropic.Options{BaseURL: srv.BaseURL(), APIKey: "sk-test"})
+//
+// Rules are tried in the order they were added; the first rule whose Match
+// accepts the request and that still holds a reply answers it, and its reply
+// is used up. A request no rule answers gets a 400 invalid_request_error, and
+// the test fails when it ends.
+package providertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil/chat"
+)
+
+// Wire names the wire format a fake server speaks.
+type Wire string
+
+// The wire formats the fakes speak.
+const (
+	WireAnthropic Wire = "anthropic"
+	WireOpenAI    Wire = "openai"
+)
+
+// Server is a fake model server on loopback. Its methods are safe for
+// concurrent use.
+type Server struct {
+	// URL is the server's root, e.g. http://127.0.0.1:41234.
+	URL string
+
+	t    testing.TB
+	wire Wire
+	srv  *httptest.Server
+	done chan struct{}
+
+	mu       sync.Mutex
+	rules    []*rule
+	fallback func(*Request) (Reply, bool)
+	reqs     []*Request
+	misses   []string
+	closed   bool
+}
+
+type rule struct {
+	match   Match
+	replies []Reply
+}
+
+// NewAnthropic starts a fake Anthropic Messages API. It answers
+// POST .../v1/messages (any query, so ?beta=true too), streaming or not, and
+// POST .../v1/messages/count_tokens with a rough count. The server stops
+// when the test ends.
+func NewAnthropic(t testing.TB) *Server { return start(t, WireAnthropic) }
+
+// NewOpenAI starts a fake OpenAI-compatible Chat Completions API. It answers
+// POST requests whose path ends in /chat/completions, streaming or not. The
+// server stops when the test ends.
+func NewOpenAI(t testing.TB) *Server { return start(t, WireOpenAI) }
+
+func start(t testing.TB, wire Wire) *Server {
+	t.Helper()
+	s := &Server{t: t, wire: wire, done: make(chan struct{})}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	t.Cleanup(func() {
+		s.Close()
+		s.mu.Lock()
+		misses := s.misses
+		s.mu.Unlock()
+		for _, m := range misses {
+			t.Errorf("providertest: %s", m)
+		}
+	})
+	return s
+}
+
+// BaseURL is the base URL an adapter for this server's wire format takes:
+// the root for Anthropic (the client appends /v1/messages), root + "/v1"
+// for OpenAI (the client appends /chat/completions).
+func (s *Server) BaseURL() string {
+	if s.wire == WireOpenAI {
+		return s.URL + "/v1"
+	}
+	return s.URL
+}
+
+// Close stops the server. Handlers waiting on a Reply's Delay or Hold give
+// up. It is safe to call more than once.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// On adds a rule: requests that m accepts get replies, one each, in order.
+// Once its replies are used up the rule no longer answers.
+func (s *Server) On(m Match, replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules = append(s.rules, &rule{match: m, replies: replies})
+}
+
+// Push queues replies for any request, in order: On(Any(), replies...).
+func (s *Server) Push(replies ...Reply) { s.On(Any(), replies...) }
+
+// Fallback sets a function consulted when no rule answers a request. It
+// returns the reply and true, or false to leave the request unanswered
+// (which fails the test).
+func (s *Server) Fallback(fn func(*Request) (Reply, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fallback = fn
+}
+
+// Requests returns the model requests received so far, in order of arrival.
+// Token-count requests are not included.
+func (s *Server) Requests() []*Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Request(nil), s.reqs...)
+}
+
+// Request returns the n-th model request received (from 1), or nil.
+func (s *Server) Request(n int) *Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n < 1 || n > len(s.reqs) {
+		return nil
+	}
+	return s.reqs[n-1]
+}
+
+// Pending reports how many scripted replies have not been used yet.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.rules {
+		n += len(r.replies)
+	}
+	return n
+}
+
+// Match selects the requests a rule answers.
+type Match func(*Request) bool
+
+// Any accepts every request.
+func Any() Match { return func(*Request) bool { return true } }
+
+// Nth accepts the n-th model request the server receives (from 1).
+func Nth(n int) Match { return func(r *Request) bool { return r.N == n } }
+
+// LastUserContains accepts requests whose last user message holds sub in a
+// text block or in a tool result's content.
+func LastUserContains(sub string) Match {
+	return func(r *Request) bool { return strings.Contains(r.LastUserText(), sub) }
+}
+
+// HeaderContains accepts requests whose header key holds sub.
+func HeaderContains(key, sub string) Match {
+	return func(r *Request) bool { return strings.Contains(r.Header.Get(key), sub) }
+}
+
+// All accepts requests every one of ms accepts.
+func All(ms ...Match) Match {
+	return func(r *Request) bool {
+		for _, m := range ms {
+			if !m(r) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// Request is one model request as the fake received it.
+type Request struct {
+	// N numbers the model requests a server receives, from 1.
+	N      int
+	Method string
+	Path   string
+	Query  string
+	Header http.Header
+	// Body is the raw request body.
+	Body []byte
+
+	// The request in vigil's terms, parsed from the wire format.
+	// Consecutive same-role messages are merged; OpenAI tool messages
+	// become tool_result blocks of a user message.
+	Model     string
+	System    string
+	Messages  []chat.Message
+	Tools     []chat.ToolSpec
+	MaxTokens int
+	Stream    bool
+	// IncludeUsage reports stream_options.include_usage (OpenAI).
+	IncludeUsage bool
+}
+
+// LastUser returns the last user message, or a zero Message.
+func (r *Request) LastUser() chat.Message {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == chat.RoleUser {
+			return r.Messages[i]
+		}
+	}
+	return chat.Message{}
+}
+
+// LastUserText joins the text blocks and tool result contents of the last
+// user message.
+func (r *Request) LastUserText() string {
+	var parts []string
+	for _, b := range r.LastUser().Content {
+		switch b.Type {
+		case chat.BlockText:
+			parts = append(parts, b.Text)
+		case chat.BlockToolResult:
+			parts = append(parts, b.Content)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// JSON decodes the raw body into generic JSON values, for assertions on the
+// exact wire shape.
+func (r *Request) JSON() map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// Reply is a scripted answer to one request: a successful answer made of
+// Blocks, an HTTP error, or a stream that fails part-way.
+type Reply struct {
+	// Blocks is the answer's content: text and tool_use blocks.
+	Blocks []chat.Block
+	// StopReason defaults to tool_use when Blocks hold a tool call and
+	// end_turn otherwise.
+	StopReason chat.StopReason
+	Usage      chat.Usage
+	// Model is the model name in the answer; empty echoes the request's.
+	Model string
+
+	// Status, when 400 or more, answers with that HTTP status and an error
+	// body made from Error (or from the status when Error is nil).
+	Status int
+	// Header holds extra response headers, e.g. retry-after.
+	Header http.Header
+	// Error is the error body of a Status answer. With a successful status
+	// it is sent as an SSE error event after FaultAfter events instead.
+	Error *APIError
+
+	// Events replaces the generated SSE events, e.g. to send malformed
+	// frames. For OpenAI, an Event's Name is usually empty.
+	Events []Event
+	// FaultAfter is how many events go out before a fault (Error with a
+	// successful status, Cut or Abort) or a Stall: zero means half of
+	// them, a negative number none.
+	FaultAfter int
+	// Cut ends the stream cleanly after FaultAfter events, before its final
+	// event.
+	Cut bool
+	// Abort drops the connection after FaultAfter events, without ending
+	// the chunked body.
+	Abort bool
+	// Stall, when not nil, pauses the stream after FaultAfter events until
+	// it is closed (or the client goes away); then the stream goes on.
+	Stall <-chan struct{}
+
+	// Delay holds the response headers back this long.
+	Delay time.Duration
+	// Hold, when not nil, holds the response headers back until it is
+	// closed (or the client goes away).
+	Hold <-chan struct{}
+	// ChunkSize is how many characters of text or tool input go in one
+	// delta; zero means 8.
+	ChunkSize int
+}
+
+// APIError is an error body: {"type":"error","error":{"type","message"}}
+// for Anthropic, {"error":{"message","type","code"}} for OpenAI.
+type APIError struct {
+	Type    string
+	Message string
+	// Code is OpenAI's error code; empty sends null.
+	Code string
+}
+
+// Event is one server-sent event.
+type Event struct {
+	// Name is the event: field; empty sends none.
+	Name string
+	// Data is the data: field, on one line.
+	Data string
+}
+
+// Answer returns a successful reply with blocks.
+func Answer(blocks ...chat.Block) Reply { return Reply{Blocks: blocks} }
+
+// TextAnswer returns a successful reply holding one text block.
+func TextAnswer(text string) Reply { return Answer(chat.Text(text)) }
+
+// ToolUse returns a tool_use block. input is its JSON arguments, sent
+// as-is, so a test can send malformed JSON.
+func ToolUse(id, name, input string) chat.Block {
+	return chat.Block{Type: chat.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
+}
+
+// ErrorReply returns an HTTP error reply. errType may be empty to use the
+// one the status implies.
+func ErrorReply(status int, errType, message string) Reply {
+	if errType == "" {
+		errType = errorTypeFor(status)
+	}
+	return Reply{Status: status, Error: &APIError{Type: errType, Message: message}}
+}
+
+// Overloaded returns a 529 overloaded_error reply; retryAfter, when not
+// empty, is sent as the retry-after header.
+func Overloaded(retryAfter string) Reply {
+	r := ErrorReply(529, "overloaded_error", "Overloaded")
+	if retryAfter != "" {
+		r.Header = http.Header{"Retry-After": {retryAfter}}
+	}
+	return r
+}
+
+// RateLimited returns a 429 rate_limit_error reply with a retry-after
+// header when retryAfter is not empty.
+func RateLimited(retryAfter string) Reply {
+	r := ErrorReply(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")
+	if retryAfter != "" {
+		r.Header = http.Header{"Retry-After": {retryAfter}}
+	}
+	return r
+}
+
+func errorTypeFor(status int) string {
+	switch status {
+	case 400:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	default:
+		return "api_error"
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	switch {
+	case r.Method != http.MethodPost:
+		s.writeError(w, http.StatusMethodNotAllowed, &APIError{Type: "invalid_request_error", Message: "method not allowed"})
+		return
+	case s.wire == WireAnthropic && strings.HasSuffix(r.URL.Path, "/v1/messages/count_tokens"):
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"input_tokens":%d}`, len(body)/4+1)
+		return
+	case s.wire == WireAnthropic && strings.HasSuffix(r.URL.Path, "/v1/messages"):
+	case s.wire == WireOpenAI && strings.HasSuffix(r.URL.Path, "/chat/completions"):
+	default:
+		s.writeError(w, http.StatusNotFound, &APIError{Type: "not_found_error", Message: "no route for " + r.URL.Path})
+		return
+	}
+
+	req := &Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	var perr error
+	if s.wire == WireAnthropic {
+		perr = parseAnthropic(req)
+	} else {
+		perr = parseOpenAI(req)
+	}
+
+	s.mu.Lock()
+	req.N = len(s.reqs) + 1
+	s.reqs = append(s.reqs, req)
+	reply, ok := s.pick(req)
+	if perr != nil {
+		ok = false
+		s.misses = append(s.misses, fmt.Sprintf("request %d: unparseable body: %v", req.N, perr))
+	} else if !ok {
+		s.misses = append(s.misses, fmt.Sprintf("no scripted reply for request %d (last user message %q)", req.N, req.LastUserText()))
+	}
+	s.mu.Unlock()
+	if !ok {
+		s.writeError(w, http.StatusBadRequest, &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("providertest: no scripted reply for request %d", req.N)})
+		return
+	}
+
+	if !s.wait(r, reply) {
+		return
+	}
+	for k, vs := range reply.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	if reply.Status >= 400 {
+		e := reply.Error
+		if e == nil {
+			e = &APIError{Type: errorTypeFor(reply.Status), Message: http.StatusText(reply.Status)}
+		}
+		s.writeError(w, reply.Status, e)
+		return
+	}
+	if !req.Stream {
+		if reply.Cut || reply.Abort {
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if s.wire == WireAnthropic {
+			w.Write(anthropicMessage(req, reply))
+		} else {
+			w.Write(openAICompletion(req, reply))
+		}
+		return
+	}
+	events := reply.Events
+	if events == nil {
+		if s.wire == WireAnthropic {
+			events = anthropicEvents(req, reply)
+		} else {
+			events = openAIEvents(req, reply)
+		}
+	}
+	s.stream(w, r, reply, events)
+}
+
+// pick finds the reply for req. s.mu is held.
+func (s *Server) pick(req *Request) (Reply, bool) {
+	for _, r := range s.rules {
+		if len(r.replies) > 0 && r.match(req) {
+			reply := r.replies[0]
+			r.replies = r.replies[1:]
+			return reply, true
+		}
+	}
+	if s.fallback != nil {
+		return s.fallback(req)
+	}
+	return Reply{}, false
+}
+
+// wait sits out the reply's Delay and Hold. It reports false when the
+// client or the server went away first.
+func (s *Server) wait(r *http.Request, reply Reply) bool {
+	if reply.Delay > 0 {
+		t := time.NewTimer(reply.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return false
+		case <-s.done:
+			return false
+		}
+	}
+	if reply.Hold != nil {
+		select {
+		case <-reply.Hold:
+		case <-r.Context().Done():
+			return false
+		case <-s.done:
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, events []Event) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("request-id", "req_fake")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+
+	fault := reply.Cut || reply.Abort || reply.Error != nil
+	n := len(events)
+	if fault || reply.Stall != nil {
+		switch {
+		case reply.FaultAfter < 0:
+			n = 0
+		case reply.FaultAfter == 0:
+			n = len(events) / 2
+		case reply.FaultAfter < len(events):
+			n = reply.FaultAfter
+		}
+	}
+	for _, ev := range events[:n] {
+		writeEvent(w, ev)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if reply.Stall != nil && !fault {
+		select {
+		case <-reply.Stall:
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			return
+		}
+		for _, ev := range events[n:] {
+			writeEvent(w, ev)
+		}
+		n = len(events)
+	}
+	switch {
+	case reply.Abort:
+		panic(http.ErrAbortHandler)
+	case reply.Error != nil:
+		writeEvent(w, s.errorEvent(reply.Error))
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+}
+
+func writeEvent(w io.Writer, ev Event) {
+	var b bytes.Buffer
+	if ev.Name != "" {
+		b.WriteString("event: " + ev.Name + "\n")
+	}
+	b.WriteString("data: " + ev.Data + "\n\n")
+	w.Write(b.Bytes())
+}
+
+func (s *Server) errorEvent(e *APIError) Event {
+	if s.wire == WireAnthropic {
+		return Event{Name: "error", Data: string(anthropicErrorBody(e))}
+	}
+	return Event{Data: string(openAIErrorBody(e))}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, status int, e *APIError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("request-id", "req_fake")
+	w.WriteHeader(status)
+	if s.wire == WireAnthropic {
+		w.Write(anthropicErrorBody(e))
+	} else {
+		w.Write(openAIErrorBody(e))
+	}
+}
+
+// stopReason returns the reply's stop reason or the one its blocks imply.
+func (r Reply) stopReason() chat.StopReason {
+	if r.StopReason != "" {
+		return r.StopReason
+	}
+	for _, b := range r.Blocks {
+		if b.Type == chat.BlockToolUse {
+			return chat.StopToolUse
+		}
+	}
+	return chat.StopEndTurn
+}
+
+func (r Reply) chunk() int {
+	if r.ChunkSize > 0 {
+		return r.ChunkSize
+	}
+	return 8
+}
+
+// chunks splits s into pieces of at most n runes; an empty s gives none.
+func chunks(s string, n int) []string {
+	var out []string
+	rs := []rune(s)
+	for len(rs) > 0 {
+		k := min(n, len(rs))
+		out = append(out, string(rs[:k]))
+		rs = rs[k:]
+	}
+	return out
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// mergeRoles merges consecutive messages of the same role.
+func mergeRoles(msgs []chat.Message) []chat.Message {
+	var out []chat.Message
+	for _, m := range msgs {
+		if n := len(out); n > 0 && out[n-1].Role == m.Role {
+			out[n-1].Content = append(out[n-1].Content, m.Content...)
+			continue
+		}
+		out = append(out, chat.Message{Role: m.Role, Content: append([]chat.Block(nil), m.Content...)})
+	}
+	return out
+}

@@ -1,0 +1,485 @@
+// Package script is a provider that answers from a scenario file instead of
+// a model: for tests, demos and reproducing incidents without an API key.
+//
+// A scenario says, per agent, what the "model" answers at each turn:
+//
+//	name: coordinator
+//	agents:
+//	  main:                     # the main agent; subagents by their name
+//	    turns:                  # used in order, one per model call
+//	      - say: "Starting the workers."
+//	        tools:
+//	          - Agent: {name: w1, prompt: "Part one.", run_in_background: true}
+//	      - say: "Waiting for the workers."
+//	    on:                     # used instead when the newest input is of a kind
+//	      notification:
+//	        - say: "{{.Notification.Agent}} replied: {{.Notification.Result}}"
+//	  "*":                      # any agent without its own entry
+//	    turns:
+//	      - delay: 2s           # wait before answering: a slow final round
+//	        say: "done: {{.Input}}"
+//
+// A turn has say (text), tools (a list of one-key maps: tool name to its
+// input) and delay. Strings are Go templates over the request: .Agent,
+// .Input (the newest input's text), .Kind (prompt, spawn, message,
+// notification, timer, continuation or tool_result), .Notification (.Task,
+// .Agent, .Status, .Result, .Key) and .Message (.ID, .From, .Text).
+//
+// Which turn answers is computed from the conversation alone, so a call
+// that is issued again after a restart gets the same answer.
+package script
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/provider"
+)
+
+// Scenario is a parsed scenario file.
+type Scenario struct {
+	Name        string            `yaml:"name" json:"name"`
+	Description string            `yaml:"description" json:"description"`
+	Agents      map[string]*Agent `yaml:"agents" json:"agents"`
+}
+
+// Agent is the script of one agent.
+type Agent struct {
+	// Turns answer in order.
+	Turns []Turn `yaml:"turns" json:"turns"`
+	// On holds turns used, in order, when the newest input is of a kind:
+	// prompt, spawn, message, notification, timer or continuation. When a
+	// kind's list is used up its last turn repeats.
+	On map[string][]Turn `yaml:"on" json:"on"`
+}
+
+// Turn is one scripted model answer.
+type Turn struct {
+	Say   string           `yaml:"say" json:"say"`
+	Tools []map[string]any `yaml:"tools" json:"tools"`
+	Delay Duration         `yaml:"delay" json:"delay"`
+}
+
+// Duration is a time.Duration written as "1.5s" in a scenario.
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration such as "250ms".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: delay %q: %w", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// UnmarshalJSON parses a duration such as "250ms".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+var kinds = map[string]bool{"prompt": true, "spawn": true, "message": true, "notification": true, "timer": true, "continuation": true}
+
+// Load reads and validates a scenario file (YAML or JSON).
+func Load(path string) (*Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	sc, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	return sc, nil
+}
+
+// Parse parses and validates a scenario.
+func Parse(b []byte) (*Scenario, error) {
+	var sc Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&sc); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	if len(sc.Agents) == 0 {
+		return nil, fmt.Errorf("no agents: a scenario needs at least agents.main")
+	}
+	for name, a := range sc.Agents {
+		if a == nil {
+			return nil, fmt.Errorf("agent %s: empty", name)
+		}
+		check := func(where string, ts []Turn) error {
+			for i, t := range ts {
+				for _, m := range t.Tools {
+					if len(m) != 1 {
+						return fmt.Errorf("agent %s %s turn %d: each tool is a map with one key, the tool's name", name, where, i+1)
+					}
+				}
+				if err := parseTemplates(t); err != nil {
+					return fmt.Errorf("agent %s %s turn %d: %w", name, where, i+1, err)
+				}
+			}
+			return nil
+		}
+		if err := check("turns", a.Turns); err != nil {
+			return nil, err
+		}
+		for k, ts := range a.On {
+			if !kinds[k] {
+				return nil, fmt.Errorf("agent %s: unknown input kind %q under on (want prompt, spawn, message, notification, timer or continuation)", name, k)
+			}
+			if err := check("on."+k, ts); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &sc, nil
+}
+
+func parseTemplates(t Turn) error {
+	if _, err := template.New("say").Parse(t.Say); err != nil {
+		return err
+	}
+	for _, m := range t.Tools {
+		if _, err := renderValue(m, Data{}); err != nil && strings.Contains(err.Error(), "parse") {
+			return err
+		}
+	}
+	return nil
+}
+
+// renderValue renders the templates in every string of a decoded value.
+func renderValue(v any, d Data) (any, error) {
+	switch v := v.(type) {
+	case string:
+		return render(v, d)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			r, err := renderValue(x, d)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			r, err := renderValue(x, d)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	default:
+		return v, nil
+	}
+}
+
+// Provider answers model calls from a scenario.
+type Provider struct {
+	sc     *Scenario
+	logger *slog.Logger
+	sleep  func(ctx context.Context, d time.Duration) error
+}
+
+// Options configures a Provider; nil means defaults.
+type Options struct {
+	Logger *slog.Logger
+	// Sleep waits out a turn's delay; the default uses a timer and honours
+	// ctx.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// New returns a provider playing sc.
+func New(sc *Scenario, opts *Options) *Provider {
+	p := &Provider{sc: sc, logger: slog.New(slog.DiscardHandler), sleep: sleepCtx}
+	if opts != nil {
+		if opts.Logger != nil {
+			p.logger = opts.Logger
+		}
+		if opts.Sleep != nil {
+			p.sleep = opts.Sleep
+		}
+	}
+	return p
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return "script" }
+
+// Stream implements provider.Provider.
+func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
+	return func(yield func(provider.Event, error) bool) {
+		resp, delay, err := p.Answer(req)
+		if err != nil {
+			yield(provider.Event{}, err)
+			return
+		}
+		if err := p.sleep(ctx, delay); err != nil {
+			yield(provider.Event{}, &provider.Error{Provider: "script", Kind: provider.ErrCanceled, Message: err.Error()})
+			return
+		}
+		for _, b := range resp.Content {
+			if b.Type == chat.BlockText {
+				if !yield(provider.Event{Type: provider.EventText, Text: b.Text}, nil) {
+					return
+				}
+			} else {
+				b := b
+				if !yield(provider.Event{Type: provider.EventToolUse, Block: &b}, nil) {
+					return
+				}
+			}
+		}
+		yield(provider.Event{Type: provider.EventDone, Response: resp}, nil)
+	}
+}
+
+// Answer computes the scripted answer to req and the delay before it.
+func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration, error) {
+	a := p.sc.Agents[req.AgentName]
+	if a == nil {
+		a = p.sc.Agents["*"]
+	}
+	if a == nil {
+		p.logger.Warn("script has no entry for agent; answering with an end of turn", "agent", req.AgentName)
+		return endTurn(fmt.Sprintf("(script %q has no entry for agent %s)", p.sc.Name, req.AgentName)), 0, nil
+	}
+	turn, ok := pickTurn(a, req.Messages)
+	if !ok {
+		p.logger.Warn("script has no turn left for agent; answering with an end of turn", "agent", req.AgentName)
+		return endTurn(fmt.Sprintf("(script %q: no turn left for %s)", p.sc.Name, req.AgentName)), 0, nil
+	}
+	data := templateData(req)
+	text, err := render(turn.Say, data)
+	if err != nil {
+		return nil, 0, &provider.Error{Provider: "script", Kind: provider.ErrScript, Message: fmt.Sprintf("agent %s say: %v", req.AgentName, err)}
+	}
+	resp := &chat.Response{StopReason: chat.StopEndTurn, Usage: chat.Usage{InputTokens: int64(approxTokens(req)), OutputTokens: int64(len(text)/4 + 1)}}
+	if text != "" {
+		resp.Content = append(resp.Content, chat.Text(text))
+	}
+	for i, m := range turn.Tools {
+		for name, input := range m {
+			rendered, err := renderValue(input, data)
+			if err != nil {
+				return nil, 0, &provider.Error{Provider: "script", Kind: provider.ErrScript, Message: fmt.Sprintf("agent %s tool %s: %v", req.AgentName, name, err)}
+			}
+			if rendered == nil {
+				rendered = map[string]any{}
+			}
+			b, err := json.Marshal(rendered)
+			if err != nil {
+				return nil, 0, &provider.Error{Provider: "script", Kind: provider.ErrScript, Message: fmt.Sprintf("agent %s tool %s: %v", req.AgentName, name, err)}
+			}
+			resp.Content = append(resp.Content, chat.Block{
+				Type: chat.BlockToolUse, ID: fmt.Sprintf("toolu_%s_%d", req.CallID, i), Name: name, Input: b,
+			})
+			resp.StopReason = chat.StopToolUse
+		}
+	}
+	return resp, time.Duration(turn.Delay), nil
+}
+
+func endTurn(text string) *chat.Response {
+	return &chat.Response{Content: []chat.Block{chat.Text(text)}, StopReason: chat.StopEndTurn}
+}
+
+func approxTokens(req *provider.Request) int {
+	n := 0
+	for _, m := range req.Messages {
+		for _, b := range m.Content {
+			n += len(b.Text) + len(b.Content) + len(b.Input)
+		}
+	}
+	return n/4 + 1
+}
+
+// pickTurn replays the conversation to find which turns were used, then
+// picks the one for the newest input.
+func pickTurn(a *Agent, msgs []chat.Message) (Turn, bool) {
+	used := map[string]int{}
+	var trigger string
+	for _, m := range msgs {
+		if m.Role == chat.RoleUser {
+			if k := kindOf(m); k != "" {
+				trigger = k
+			}
+			continue
+		}
+		// An assistant message: the turn chosen for the trigger before it.
+		used[listFor(a, trigger)]++
+		trigger = ""
+	}
+	list := listFor(a, trigger)
+	turns := a.Turns
+	if list != "" {
+		turns = a.On[list]
+		n := used[list]
+		if n >= len(turns) {
+			n = len(turns) - 1 // the last reactive turn repeats
+		}
+		return turns[n], true
+	}
+	if n := used[""]; n < len(turns) {
+		return turns[n], true
+	}
+	return Turn{}, false
+}
+
+// listFor names the list of turns that answers an input kind: "" for the
+// ordered turns, or the kind when the agent has turns on it.
+func listFor(a *Agent, kind string) string {
+	if kind != "" && len(a.On[kind]) > 0 {
+		return kind
+	}
+	return ""
+}
+
+// kindOf classifies a user message by its newest input.
+func kindOf(m chat.Message) string {
+	kind := ""
+	for _, b := range m.Content {
+		switch {
+		case b.Type == chat.BlockToolResult:
+			if kind == "" {
+				kind = "tool_result"
+			}
+		case b.Type == chat.BlockText:
+			kind = textKind(b.Text)
+		}
+	}
+	return kind
+}
+
+func textKind(s string) string {
+	switch {
+	case strings.HasPrefix(s, "<task-notification>"):
+		return "notification"
+	case strings.HasPrefix(s, "<agent-message"):
+		return "message"
+	case strings.HasPrefix(s, "<scheduled-wakeup"):
+		return "timer"
+	case strings.HasPrefix(s, "<continuation"):
+		return "continuation"
+	}
+	return "prompt"
+}
+
+// Data is what a scenario's templates see.
+type Data struct {
+	Agent        string
+	Call         string
+	Kind         string
+	Input        string
+	Notification NotificationData
+	Message      MessageData
+}
+
+// NotificationData is the newest notification of a request.
+type NotificationData struct {
+	Task, Key, Agent, Status, Result, Answered, ExitCode string
+}
+
+// MessageData is the newest message of a request.
+type MessageData struct {
+	ID, From, Text string
+}
+
+var (
+	tagRe = regexp.MustCompile(`(?s)<([a-z-]+)>(.*?)</[a-z-]+>`)
+	msgRe = regexp.MustCompile(`(?s)<agent-message id="([^"]*)" from="([^"]*)"[^>]*>\n(.*)\n</agent-message>`)
+)
+
+func templateData(req *provider.Request) Data {
+	d := Data{Agent: req.AgentName, Call: req.CallID}
+	if len(req.Messages) == 0 {
+		return d
+	}
+	last := req.Messages[len(req.Messages)-1]
+	d.Kind = kindOf(last)
+	for _, b := range last.Content {
+		switch {
+		case b.Type == chat.BlockText:
+			d.Input = b.Text
+			switch textKind(b.Text) {
+			case "notification":
+				tags := map[string]string{}
+				for _, m := range tagRe.FindAllStringSubmatch(b.Text, -1) {
+					tags[m[1]] = m[2]
+				}
+				agent := tags["agent"]
+				if i := strings.Index(agent, " ("); i >= 0 {
+					agent = agent[:i]
+				}
+				d.Notification = NotificationData{
+					Task: tags["task-id"], Key: tags["key"], Agent: agent, Status: tags["status"],
+					Result: tags["result"], Answered: tags["answered-messages"], ExitCode: tags["exit-code"],
+				}
+				d.Input = d.Notification.Result
+			case "message":
+				if m := msgRe.FindStringSubmatch(b.Text); m != nil {
+					from := m[2]
+					if i := strings.Index(from, " ("); i >= 0 {
+						from = from[:i]
+					}
+					d.Message = MessageData{ID: m[1], From: from, Text: m[3]}
+					d.Input = m[3]
+				}
+			}
+		case b.Type == chat.BlockToolResult && d.Input == "":
+			d.Input = b.Content
+		}
+	}
+	return d
+}
+
+func render(src string, d Data) (string, error) {
+	if !strings.Contains(src, "{{") {
+		return src, nil
+	}
+	t, err := template.New("t").Option("missingkey=error").Parse(src)
+	if err != nil {
+		return "", fmt.Errorf("parse template %q: %w", src, err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, d); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,346 @@
+// Package memstore is an in-memory store.Store, for tests and for runs that
+// need no durability (vigil run --memory). It honours leases and fencing
+// like the durable backends.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+// Store keeps everything in maps guarded by one mutex.
+type Store struct {
+	mu       sync.Mutex
+	closed   bool
+	global   int64
+	events   map[string][]store.Record
+	all      []store.Record
+	leases   map[string]store.Lease
+	snaps    map[string]store.Snapshot
+	sessions map[string]store.SessionRow
+	runs     map[string]map[string]store.RunRow
+	tasks    map[string][]store.TaskRow
+	items    map[string]map[string]store.ItemRow
+	notes    map[string][]store.NoteRow
+	// Fail, when set, makes every write return it (tests of full disks and
+	// lost databases).
+	fail error
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		events: map[string][]store.Record{}, leases: map[string]store.Lease{},
+		snaps: map[string]store.Snapshot{}, sessions: map[string]store.SessionRow{},
+		runs: map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
+		items: map[string]map[string]store.ItemRow{}, notes: map[string][]store.NoteRow{},
+	}
+}
+
+// FailWrites makes every later write fail with err (nil to heal).
+func (m *Store) FailWrites(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fail = err
+}
+
+func (m *Store) check() error {
+	if m.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// LeaseAcquire implements store.Store.
+func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	l, ok := m.leases[p.Session]
+	if ok && l.Owner != p.Owner && l.Expires.After(p.Now) {
+		return nil, fmt.Errorf("acquire lease of %s held by %s: %w", p.Session, l.Owner, store.ErrLeaseHeld)
+	}
+	nl := store.Lease{Session: p.Session, Owner: p.Owner, Epoch: l.Epoch + 1, Expires: p.Now.Add(p.TTL)}
+	m.leases[p.Session] = nl
+	return &nl, nil
+}
+
+// LeaseRenew implements store.Store.
+func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	l := m.leases[p.Session]
+	if l.Owner != p.Owner || l.Epoch != p.Epoch {
+		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, store.ErrFenced)
+	}
+	l.Expires = p.Now.Add(p.TTL)
+	m.leases[p.Session] = l
+	return &l, nil
+}
+
+// LeaseRelease implements store.Store.
+func (m *Store) LeaseRelease(_ context.Context, p *store.LeaseReleaseParams) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return err
+	}
+	if l := m.leases[p.Session]; l.Owner == p.Owner && l.Epoch == p.Epoch {
+		l.Expires = l.Expires.AddDate(-100, 0, 0)
+		l.Owner = ""
+		m.leases[p.Session] = l
+	}
+	return nil
+}
+
+// EventAppend implements store.Store.
+func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if m.fail != nil {
+		return nil, fmt.Errorf("append to %s: %w", p.Session, m.fail)
+	}
+	if l := m.leases[p.Session]; l.Epoch != p.Epoch {
+		return nil, fmt.Errorf("append to %s at epoch %d (lease epoch %d): %w", p.Session, p.Epoch, l.Epoch, store.ErrFenced)
+	}
+	last := int64(0)
+	if evs := m.events[p.Session]; len(evs) > 0 {
+		last = evs[len(evs)-1].Seq
+	}
+	for i, r := range p.Records {
+		if r.Seq != last+int64(i)+1 {
+			return nil, fmt.Errorf("append to %s: seq %d after %d: %w", p.Session, r.Seq, last+int64(i), store.ErrConflict)
+		}
+	}
+	res := &store.AppendResult{}
+	for _, r := range p.Records {
+		m.global++
+		r.Global = m.global
+		res.Globals = append(res.Globals, r.Global)
+		r.Session = p.Session
+		r.Data = slices.Clone(r.Data)
+		m.events[p.Session] = append(m.events[p.Session], r)
+		m.all = append(m.all, r)
+	}
+	if pr := p.Projection; pr != nil {
+		m.project(p.Session, pr, res)
+	}
+	return res, nil
+}
+
+func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) {
+	if pr.Session != nil {
+		m.sessions[sess] = *pr.Session
+	}
+	if m.runs[sess] == nil {
+		m.runs[sess] = map[string]store.RunRow{}
+		m.items[sess] = map[string]store.ItemRow{}
+	}
+	for _, r := range pr.Runs {
+		m.runs[sess][fmt.Sprintf("%s/%09d", r.Agent, r.Seq)] = r
+	}
+	for _, t := range pr.Tasks {
+		i := slices.IndexFunc(m.tasks[sess], func(x store.TaskRow) bool { return x.ID == t.ID })
+		if i < 0 {
+			m.tasks[sess] = append(m.tasks[sess], t)
+		} else {
+			m.tasks[sess][i] = t
+		}
+	}
+	for _, it := range pr.Items {
+		if it.StatusOnly {
+			old := m.items[sess][it.ID]
+			old.Status, old.Run = it.Status, it.Run
+			m.items[sess][it.ID] = old
+			continue
+		}
+		m.items[sess][it.ID] = it
+	}
+	for _, n := range pr.Notes {
+		i := slices.IndexFunc(m.notes[sess], func(x store.NoteRow) bool { return x.Task == n.Task && x.Run == n.Run })
+		switch {
+		case n.New && i >= 0:
+			res.DuplicateNotes = append(res.DuplicateNotes, n.Key())
+		case n.New:
+			m.notes[sess] = append(m.notes[sess], n)
+		case i >= 0:
+			m.notes[sess][i] = n
+		}
+	}
+}
+
+// EventList implements store.Store.
+func (m *Store) EventList(_ context.Context, p *store.EventListParams) ([]store.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	evs := m.events[p.Session]
+	i := sort.Search(len(evs), func(i int) bool { return evs[i].Seq > p.AfterSeq })
+	out := evs[i:]
+	if p.Limit > 0 && len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
+	return slices.Clone(out), nil
+}
+
+// EventListAll implements store.Store.
+func (m *Store) EventListAll(_ context.Context, p *store.EventListAllParams) ([]store.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	i := sort.Search(len(m.all), func(i int) bool { return m.all[i].Global > p.AfterGlobal })
+	out := m.all[i:]
+	if p.Limit > 0 && len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
+	return slices.Clone(out), nil
+}
+
+// LastSeq implements store.Store.
+func (m *Store) LastSeq(_ context.Context, session string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return 0, err
+	}
+	evs := m.events[session]
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	return evs[len(evs)-1].Seq, nil
+}
+
+// SnapshotSave implements store.Store.
+func (m *Store) SnapshotSave(_ context.Context, p *store.SnapshotSaveParams) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return err
+	}
+	if m.fail != nil {
+		return fmt.Errorf("snapshot %s: %w", p.Session, m.fail)
+	}
+	if l := m.leases[p.Session]; l.Epoch != p.Epoch {
+		return fmt.Errorf("snapshot %s: %w", p.Session, store.ErrFenced)
+	}
+	if old, ok := m.snaps[p.Session]; ok && old.Seq > p.Seq {
+		return nil
+	}
+	m.snaps[p.Session] = store.Snapshot{Session: p.Session, Seq: p.Seq, Data: slices.Clone(p.Data)}
+	return nil
+}
+
+// SnapshotLoad implements store.Store.
+func (m *Store) SnapshotLoad(_ context.Context, session string) (*store.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	s, ok := m.snaps[session]
+	if !ok {
+		return nil, fmt.Errorf("snapshot of %s: %w", session, store.ErrNotFound)
+	}
+	return &s, nil
+}
+
+// SessionList implements store.Store.
+func (m *Store) SessionList(_ context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	var out []store.SessionRow
+	for _, s := range m.sessions {
+		if (p.Owner != "" && s.Owner != p.Owner) || (p.Open && s.Closed) {
+			continue
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID > out[j].ID
+	})
+	return out, nil
+}
+
+// SessionGet implements store.Store.
+func (m *Store) SessionGet(_ context.Context, session string) (*store.SessionRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	s, ok := m.sessions[session]
+	if !ok {
+		return nil, fmt.Errorf("session %s: %w", session, store.ErrNotFound)
+	}
+	return &s, nil
+}
+
+// RunList implements store.Store.
+func (m *Store) RunList(_ context.Context, session string) ([]store.RunRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(m.runs[session]))
+	for k := range m.runs[session] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]store.RunRow, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m.runs[session][k])
+	}
+	return out, nil
+}
+
+// TaskList implements store.Store.
+func (m *Store) TaskList(_ context.Context, session string) ([]store.TaskRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return slices.Clone(m.tasks[session]), nil
+}
+
+// NoteList implements store.Store.
+func (m *Store) NoteList(_ context.Context, session string) ([]store.NoteRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return slices.Clone(m.notes[session]), nil
+}
+
+// Close implements store.Store.
+func (m *Store) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}

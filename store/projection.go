@@ -1,0 +1,332 @@
+package store
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+)
+
+// Projection holds the rows a step changed. Every row is complete: a
+// backend upserts it by its key.
+type Projection struct {
+	Session *SessionRow
+	Agents  []AgentRow
+	Runs    []RunRow
+	Tasks   []TaskRow
+	Items   []ItemRow
+	// Notes are inserted when New (a repeated insert of the same key is a
+	// no-op, reported in AppendResult.DuplicateNotes) and updated otherwise.
+	Notes []NoteRow
+}
+
+// SessionRow is a session's summary.
+type SessionRow struct {
+	ID           string    `json:"id"`
+	Title        string    `json:"title,omitempty"`
+	Owner        string    `json:"owner,omitempty"`
+	Provider     string    `json:"provider,omitempty"`
+	Model        string    `json:"model,omitempty"`
+	Cwd          string    `json:"cwd,omitempty"`
+	Closed       bool      `json:"closed"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+	LastSeq      int64     `json:"last_seq"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+}
+
+// AgentRow is an agent's summary.
+type AgentRow struct {
+	Session      string `json:"session"`
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Owner        string `json:"owner,omitempty"`
+	Task         string `json:"task,omitempty"`
+	State        string `json:"state"`
+	Runs         int    `json:"runs"`
+	Inbox        int    `json:"inbox"`
+	InputTokens  int64  `json:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+}
+
+// RunRow is one run.
+type RunRow struct {
+	Session      string    `json:"session"`
+	Agent        string    `json:"agent"`
+	Seq          int       `json:"seq"`
+	Kind         string    `json:"kind"`
+	Status       string    `json:"status"`
+	Started      time.Time `json:"started"`
+	Ended        time.Time `json:"ended,omitzero"`
+	Reply        string    `json:"reply,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+}
+
+// TaskRow is one task.
+type TaskRow struct {
+	Session string    `json:"session"`
+	ID      string    `json:"id"`
+	Kind    string    `json:"kind"`
+	Owner   string    `json:"owner"`
+	Agent   string    `json:"agent,omitempty"`
+	Status  string    `json:"status"`
+	Command string    `json:"command,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	Exit    *int      `json:"exit_code,omitempty"`
+}
+
+// ItemRow is one inbox item and where it went.
+type ItemRow struct {
+	Session  string    `json:"session"`
+	ID       string    `json:"id"`
+	Agent    string    `json:"agent"`
+	Kind     string    `json:"kind"`
+	Priority string    `json:"priority"`
+	From     string    `json:"from,omitempty"`
+	Status   string    `json:"status"` // queued, taken, removed
+	Run      int       `json:"run,omitempty"`
+	Enqueued time.Time `json:"enqueued"`
+	// StatusOnly marks a row for an item enqueued in an earlier step: only
+	// Status and Run are set, and only they are updated.
+	StatusOnly bool `json:"-"`
+}
+
+// NoteRow is one notification, unique by (Session, Task, Run).
+type NoteRow struct {
+	Session      string    `json:"session"`
+	Task         string    `json:"task"`
+	Run          int       `json:"run"` // 0 for a shell task's exit
+	Owner        string    `json:"owner"`
+	Status       string    `json:"status"`
+	Delivery     string    `json:"delivery"`
+	DeliveredRun int       `json:"delivered_run,omitempty"`
+	Dropped      string    `json:"dropped,omitempty"`
+	Written      time.Time `json:"written"`
+	New          bool      `json:"-"`
+}
+
+// Key is the notification's unique key as text, e.g. "t3#2".
+func (n NoteRow) Key() string { return core.NoteKey{Task: core.TaskID(n.Task), Run: n.Run}.String() }
+
+// Project returns the rows that events changed, read from s, the state
+// after the events were applied.
+func Project(s *core.State, events []core.Event) *Projection {
+	p := &Projection{}
+	if len(events) == 0 {
+		return p
+	}
+	agents := map[core.AgentID]bool{}
+	runs := map[core.AgentID]bool{}
+	tasks := map[core.TaskID]bool{}
+	items := map[core.ItemID]itemChange{}
+	notes := map[string]bool{}
+	var newNotes []core.NoteKey
+	var updNotes []core.NoteKey
+	touchAgent := func(id core.AgentID) { agents[id] = true }
+	for _, e := range events {
+		switch b := e.Body.(type) {
+		case *core.SessionCreated:
+			touchAgent(core.MainAgent)
+		case *core.AgentCreated:
+			touchAgent(b.Agent.ID)
+		case *core.AgentRetired:
+			touchAgent(b.Agent)
+		case *core.TaskStarted:
+			tasks[b.Task.ID] = true
+		case *core.TaskUpdated:
+			tasks[b.Task] = true
+		case *core.ItemEnqueued:
+			touchAgent(b.Item.Agent)
+			items[b.Item.ID] = itemChange{agent: b.Item.Agent, status: "queued"}
+		case *core.ItemRemoved:
+			touchAgent(b.Agent)
+			items[b.Item] = itemChange{agent: b.Agent, status: "removed"}
+		case *core.RunStarted:
+			touchAgent(b.Agent)
+			runs[b.Agent] = true
+			for _, id := range b.Items {
+				items[id] = itemChange{agent: b.Agent, status: "taken", run: b.Seq}
+			}
+		case *core.ItemsJoined:
+			touchAgent(b.Agent)
+			for _, id := range b.Items {
+				items[id] = itemChange{agent: b.Agent, status: "taken", run: b.Seq}
+			}
+		case *core.ModelCallEnded:
+			touchAgent(b.Agent)
+			runs[b.Agent] = true
+		case *core.RunEnded:
+			touchAgent(b.Agent)
+			runs[b.Agent] = true
+		case *core.ApprovalRequested:
+			touchAgent(b.Approval.Agent)
+		case *core.ApprovalResolved:
+			for _, id := range s.Order {
+				touchAgent(id) // the agent of a resolved approval is not in the event
+			}
+		case *core.NotificationWritten:
+			k := b.Note.Key.String()
+			if !notes[k] {
+				notes[k] = true
+				newNotes = append(newNotes, b.Note.Key)
+			}
+		case *core.NotificationDropped:
+			updNotes = append(updNotes, b.Key)
+		}
+		for _, k := range deliveredNotes(s, e.Body) {
+			updNotes = append(updNotes, k)
+		}
+	}
+	p.Session = sessionRow(s, events[len(events)-1].At)
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if agents[id] {
+			p.Agents = append(p.Agents, AgentRow{
+				Session: string(s.Session.ID), ID: string(a.ID), Name: a.Name, Owner: string(a.Owner),
+				Task: string(a.Task), State: string(a.State), Runs: len(a.Runs), Inbox: len(a.Inbox),
+				InputTokens: a.Usage.InputTokens, OutputTokens: a.Usage.OutputTokens,
+			})
+		}
+		if runs[id] {
+			p.Runs = append(p.Runs, runRows(s, a)...)
+		}
+	}
+	for _, id := range s.TaskOrder {
+		if tasks[id] {
+			t := s.Tasks[id]
+			p.Tasks = append(p.Tasks, TaskRow{
+				Session: string(s.Session.ID), ID: string(t.ID), Kind: string(t.Kind), Owner: string(t.Owner),
+				Agent: string(t.Agent), Status: string(t.Status), Command: t.Command, Started: t.Started,
+				Ended: t.Ended, Exit: t.ExitCode,
+			})
+		}
+	}
+	for _, e := range events {
+		var id core.ItemID
+		switch b := e.Body.(type) {
+		case *core.ItemEnqueued:
+			id = b.Item.ID
+			ch := items[id]
+			it := b.Item
+			p.Items = append(p.Items, ItemRow{
+				Session: string(s.Session.ID), ID: string(id), Agent: string(it.Agent), Kind: string(it.Kind),
+				Priority: string(it.Priority), From: it.From, Status: ch.status, Run: ch.run, Enqueued: e.At,
+			})
+			delete(items, id)
+		}
+	}
+	for _, id := range sortedItems(items) {
+		ch := items[id]
+		// Items enqueued in an earlier step: only their status changes.
+		p.Items = append(p.Items, ItemRow{Session: string(s.Session.ID), ID: string(id), Agent: string(ch.agent), Status: ch.status, Run: ch.run, StatusOnly: true})
+	}
+	for _, k := range newNotes {
+		p.Notes = append(p.Notes, noteRow(s, k, true))
+	}
+	seen := map[string]bool{}
+	for _, k := range updNotes {
+		if notes[k.String()] || seen[k.String()] {
+			continue
+		}
+		seen[k.String()] = true
+		p.Notes = append(p.Notes, noteRow(s, k, false))
+	}
+	return p
+}
+
+type itemChange struct {
+	agent  core.AgentID
+	status string
+	run    int
+}
+
+// deliveredNotes returns the notifications an event delivered to a run.
+func deliveredNotes(s *core.State, b core.Body) []core.NoteKey {
+	var ids []core.ItemID
+	var agent core.AgentID
+	switch b := b.(type) {
+	case *core.RunStarted:
+		ids, agent = b.Items, b.Agent
+	case *core.ItemsJoined:
+		ids, agent = b.Items, b.Agent
+	default:
+		return nil
+	}
+	a := s.Agents[agent]
+	if a == nil {
+		return nil
+	}
+	want := map[core.ItemID]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var out []core.NoteKey
+	for _, k := range s.NoteOrder {
+		if n := s.Note(k); n != nil && want[n.Item] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func sessionRow(s *core.State, at time.Time) *SessionRow {
+	var in, out int64
+	for _, a := range s.Agents {
+		in += a.Usage.InputTokens
+		out += a.Usage.OutputTokens
+	}
+	return &SessionRow{
+		ID: string(s.Session.ID), Title: s.Session.Title, Owner: s.Session.Owner, Provider: s.Session.Provider,
+		Model: s.Session.Model, Cwd: s.Session.Cwd, Closed: s.Session.Closed, Created: s.Session.Created,
+		Updated: at, LastSeq: s.Seq, InputTokens: in, OutputTokens: out,
+	}
+}
+
+// runRows returns the rows of an agent's last ended run and its current one.
+func runRows(s *core.State, a *core.Agent) []RunRow {
+	var out []RunRow
+	if n := len(a.Runs); n > 0 {
+		r := a.Runs[n-1]
+		out = append(out, RunRow{
+			Session: string(s.Session.ID), Agent: string(a.ID), Seq: r.Seq, Kind: string(r.Kind),
+			Status: string(r.Status), Started: r.Started, Ended: r.Ended, Reply: r.Reply, Error: r.Error,
+			InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
+		})
+	}
+	if r := a.Run; r != nil {
+		out = append(out, RunRow{
+			Session: string(s.Session.ID), Agent: string(a.ID), Seq: r.Seq, Kind: string(r.Kind),
+			Status: string(core.RunRunning), Started: r.Started,
+			InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
+		})
+	}
+	return out
+}
+
+func noteRow(s *core.State, k core.NoteKey, isNew bool) NoteRow {
+	n := s.Note(k)
+	return NoteRow{
+		Session: string(s.Session.ID), Task: string(k.Task), Run: k.Run, Owner: string(n.Owner),
+		Status: n.Status, Delivery: string(n.Delivery), DeliveredRun: n.DeliveredRun, Dropped: n.Dropped,
+		Written: n.Written, New: isNew,
+	}
+}
+
+func sortedItems(m map[core.ItemID]itemChange) []core.ItemID {
+	ids := make([]core.ItemID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b core.ItemID) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	return ids
+}

@@ -1,0 +1,180 @@
+// Package store defines how vigil keeps sessions durable: an append-only
+// log of events per session, projections of its entities for queries, state
+// snapshots, and session leases with an epoch that fences every write.
+//
+// Backends implement Store: store/memstore (in memory, for tests and
+// --memory runs), store/sqlite (the embedded default) and store/postgres
+// (several nodes). store/storetest is the conformance suite every backend
+// passes.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a backend returns, wrapped with context. Callers test with
+// errors.Is.
+var (
+	// ErrFenced: the write carried an epoch that is no longer the session's
+	// lease epoch. The writer lost the session to a successor and must stop.
+	ErrFenced = errors.New("store: lease lost (fenced)")
+	// ErrLeaseHeld: another owner holds an unexpired lease on the session.
+	ErrLeaseHeld = errors.New("store: session lease held by another owner")
+	// ErrConflict: the appended events do not follow the stored ones.
+	ErrConflict = errors.New("store: event sequence conflict")
+	// ErrNotFound: no such session or snapshot.
+	ErrNotFound = errors.New("store: not found")
+	// ErrFull: the disk or database is full. Nothing of the failed write was
+	// kept; earlier writes are intact.
+	ErrFull = errors.New("store: storage full")
+	// ErrReadOnly: the database cannot be written (read-only file or
+	// server).
+	ErrReadOnly = errors.New("store: database is read-only")
+	// ErrUnavailable: the database cannot be reached. Retry later.
+	ErrUnavailable = errors.New("store: database unavailable")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// Record is one stored event.
+type Record struct {
+	Session string    `json:"session"`
+	Seq     int64     `json:"seq"`    // per session, from 1, contiguous
+	Global  int64     `json:"global"` // store-wide order, assigned by the store at append
+	At      time.Time `json:"at"`
+	Type    string    `json:"type"`
+	Data    []byte    `json:"data"` // the event body as JSON
+}
+
+// Lease is a session's ownership. Epoch grows by one at every acquisition.
+type Lease struct {
+	Session string
+	Owner   string
+	Epoch   int64
+	Expires time.Time
+}
+
+// LeaseAcquireParams asks for a session's lease.
+type LeaseAcquireParams struct {
+	Session string
+	Owner   string
+	TTL     time.Duration
+	// Now is the caller's clock reading; the lease expires at Now+TTL and a
+	// lease of another owner is free when its Expires is before Now.
+	Now time.Time
+}
+
+// LeaseRenewParams extends a lease the caller holds.
+type LeaseRenewParams struct {
+	Session string
+	Owner   string
+	Epoch   int64
+	TTL     time.Duration
+	Now     time.Time
+}
+
+// LeaseReleaseParams gives a lease up.
+type LeaseReleaseParams struct {
+	Session string
+	Owner   string
+	Epoch   int64
+}
+
+// EventAppendParams appends a step's events and the projection rows they
+// changed, in one transaction, if Epoch is still the session's lease epoch.
+type EventAppendParams struct {
+	Session    string
+	Epoch      int64
+	Records    []Record
+	Projection *Projection
+}
+
+// AppendResult reports what an append did.
+type AppendResult struct {
+	// Globals are the store-wide positions given to the appended records,
+	// in order.
+	Globals []int64
+	// DuplicateNotes lists notification keys that existed already; their
+	// insert was a no-op.
+	DuplicateNotes []string
+}
+
+// EventListParams reads a session's events after a sequence.
+type EventListParams struct {
+	Session  string
+	AfterSeq int64
+	Limit    int // 0 means no limit
+}
+
+// EventListAllParams reads every session's events in store order.
+type EventListAllParams struct {
+	AfterGlobal int64
+	Limit       int
+}
+
+// Snapshot is a session state encoded at a sequence.
+type Snapshot struct {
+	Session string
+	Seq     int64
+	Data    []byte
+}
+
+// SnapshotSaveParams saves a snapshot, fenced like an append.
+type SnapshotSaveParams struct {
+	Session string
+	Epoch   int64
+	Seq     int64
+	Data    []byte
+}
+
+// SessionListParams filters sessions.
+type SessionListParams struct {
+	// Owner, when set, keeps only sessions with that owner key.
+	Owner string
+	// Open keeps only sessions that are not closed.
+	Open bool
+}
+
+// Store is a durable home for sessions.
+type Store interface {
+	// LeaseAcquire grants the session's lease to Owner with a new epoch when
+	// it is free, expired, or already Owner's; otherwise ErrLeaseHeld.
+	LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) (*Lease, error)
+	// LeaseRenew extends a held lease; ErrFenced when it was lost.
+	LeaseRenew(ctx context.Context, p *LeaseRenewParams) (*Lease, error)
+	// LeaseRelease gives the lease up; a lost lease is not an error.
+	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
+
+	// EventAppend appends records whose Seq continue the session's log
+	// (ErrConflict otherwise) and upserts the projection, atomically,
+	// fenced by Epoch (ErrFenced).
+	EventAppend(ctx context.Context, p *EventAppendParams) (*AppendResult, error)
+	// EventList returns a session's records with Seq > AfterSeq in order.
+	EventList(ctx context.Context, p *EventListParams) ([]Record, error)
+	// EventListAll returns records of all sessions with Global > AfterGlobal
+	// in Global order.
+	EventListAll(ctx context.Context, p *EventListAllParams) ([]Record, error)
+	// LastSeq returns a session's last event sequence (0 when none).
+	LastSeq(ctx context.Context, session string) (int64, error)
+
+	// SnapshotSave stores a snapshot, replacing an older one.
+	SnapshotSave(ctx context.Context, p *SnapshotSaveParams) error
+	// SnapshotLoad returns the newest snapshot, or ErrNotFound.
+	SnapshotLoad(ctx context.Context, session string) (*Snapshot, error)
+
+	// SessionList returns session rows, newest first.
+	SessionList(ctx context.Context, p *SessionListParams) ([]SessionRow, error)
+	// SessionGet returns one session row, or ErrNotFound.
+	SessionGet(ctx context.Context, session string) (*SessionRow, error)
+	// RunList returns a session's runs, by agent and seq.
+	RunList(ctx context.Context, session string) ([]RunRow, error)
+	// TaskList returns a session's tasks in creation order.
+	TaskList(ctx context.Context, session string) ([]TaskRow, error)
+	// NoteList returns a session's notifications in write order.
+	NoteList(ctx context.Context, session string) ([]NoteRow, error)
+
+	// Close releases the store's resources. Safe to call twice.
+	Close() error
+}

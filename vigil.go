@@ -1,0 +1,355 @@
+// Package vigil is a durable runtime for AI-agent sessions that do
+// background work: a main agent, background subagents and shell tasks,
+// messages between agents, inboxes with priorities, timers and a user queue
+// that can be held — in which the signal that background work came back is
+// never lost.
+//
+// A Runtime owns sessions. Each session is stepped by one goroutine (an
+// actor) that feeds inputs to the pure core (package core), commits the
+// resulting events to the store before anything else happens, then starts
+// the effects: model calls through a provider, tool executions, shell
+// processes, timers. Effects come back as inputs. At start-up the runtime
+// takes over every open session in its store and finishes what the
+// previous process left open before it accepts work.
+package vigil
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/store"
+)
+
+// Clock tells time and runs functions later. Tests inject a fake or run in a
+// testing/synctest bubble with the real one.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a function scheduled by a Clock.
+type Timer interface{ Stop() bool }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                            { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// RealClock is the system clock.
+func RealClock() Clock { return realClock{} }
+
+// Options configures a Runtime. Nil and zero fields mean defaults.
+type Options struct {
+	// Store keeps sessions durable. Required.
+	Store store.Store
+	// Providers are the model providers by name. A session names one; its
+	// subagents use the same unless they ask for another model.
+	Providers map[string]provider.Provider
+	// DefaultProvider is used by sessions that name none.
+	DefaultProvider string
+	// DataDir holds task output files: DataDir/sessions/<id>/tasks/.
+	DataDir string
+	// Node identifies this process as the owner of session leases. It must
+	// be stable across restarts on one machine so a restarted process takes
+	// its sessions back at once.
+	Node string
+	// LeaseTTL is how long a session lease lasts without renewal (30s).
+	LeaseTTL time.Duration
+	// Core sets the core's limits.
+	Core core.Config
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Logger receives structured logs; every drop is logged at warn.
+	Logger *slog.Logger
+	// NewID makes session ids; the default is random.
+	NewID func() string
+	// SnapshotEvery saves a state snapshot after this many events (1000).
+	SnapshotEvery int
+	// Observer, when set, is told about runtime events (for metrics).
+	Observer Observer
+	// MaxToolOutput caps the output of a foreground tool returned to the
+	// model, in bytes (32 KiB).
+	MaxToolOutput int
+}
+
+// Observer receives measurements from the runtime. Implementations must be
+// safe for concurrent use and fast.
+type Observer interface {
+	// Committed is called after each commit with the events it held.
+	Committed(session string, events []core.Event)
+	// Dropped is called for every drop, with its reason.
+	Dropped(session, what, reason string)
+	// ModelCall is called when a model call ends.
+	ModelCall(provider string, d time.Duration, err error)
+}
+
+// Errors the runtime returns besides the core's and the store's.
+var (
+	// ErrNoSession: no session with that id.
+	ErrNoSession = errors.New("no such session")
+	// ErrSessionMoved: another node took the session's lease.
+	ErrSessionMoved = errors.New("session moved to another node (lease lost)")
+	// ErrStoreDown: the store refused a commit; nothing of the request was
+	// kept. The session retries what it must and continues once the store
+	// accepts writes again.
+	ErrStoreDown = errors.New("store unavailable")
+	// ErrClosed: the runtime was closed.
+	ErrClosed = errors.New("runtime closed")
+)
+
+// Runtime runs sessions.
+type Runtime struct {
+	opts   Options
+	core   *core.Core
+	clock  Clock
+	log    *slog.Logger
+	st     store.Store
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	actors    map[core.SessionID]*actor
+	closed    bool
+	wg        sync.WaitGroup
+	leaseTTL  time.Duration
+	renewStop chan struct{}
+	allSubs   *fanout
+}
+
+// Open starts a runtime on a store and takes over every open session in it:
+// each is rebuilt from its events, processes the previous owner left are
+// ended, their tasks end interrupted with a notification, model calls that
+// were in flight are issued again. Open returns when that is done.
+func Open(ctx context.Context, opts Options) (*Runtime, error) {
+	if opts.Store == nil {
+		return nil, errors.New("vigil: Options.Store is required")
+	}
+	if opts.Core.Inject != core.BugNone {
+		return nil, errors.New("vigil: bug injection is for the simulator only")
+	}
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.NewID == nil {
+		opts.NewID = randomID
+	}
+	if opts.Node == "" {
+		opts.Node = "node-" + randomID()
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.SnapshotEvery == 0 {
+		opts.SnapshotEvery = 1000
+	}
+	if opts.MaxToolOutput == 0 {
+		opts.MaxToolOutput = 32 << 10
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(os.TempDir(), "vigil-"+opts.Node)
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("vigil: data dir: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r := &Runtime{
+		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
+		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL,
+		renewStop: make(chan struct{}), allSubs: newFanout(),
+	}
+	if err := r.recoverAll(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.wg.Add(1)
+	go r.renewLoop()
+	return r, nil
+}
+
+func randomID() string {
+	const alphabet = "abcdefghijkmnopqrstuvwxyz23456789"
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// recoverAll takes over every open session of the store.
+func (r *Runtime) recoverAll(ctx context.Context) error {
+	rows, err := r.st.SessionList(ctx, &store.SessionListParams{Open: true})
+	if err != nil {
+		return fmt.Errorf("vigil: list sessions: %w", err)
+	}
+	for _, row := range rows {
+		a, err := r.takeOver(ctx, core.SessionID(row.ID))
+		if errors.Is(err, store.ErrLeaseHeld) {
+			r.log.Info("session owned by another node; not taken over", "session", row.ID)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("vigil: recover session %s: %w", row.ID, err)
+		}
+		r.mu.Lock()
+		r.actors[a.id] = a
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// takeOver acquires a session's lease, rebuilds its state and recovers it.
+func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, error) {
+	lease, err := r.st.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()})
+	if err != nil {
+		return nil, err
+	}
+	s, err := loadState(ctx, r.st, string(id))
+	if err != nil {
+		return nil, err
+	}
+	a := r.newActor(id, s, lease)
+	a.killStale()
+	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1})
+	if _, err := a.commit(ctx, out.Events); err != nil {
+		return nil, fmt.Errorf("commit recovery: %w", err)
+	}
+	r.log.Info("session recovered", "session", id, "seq", s.Seq, "events", len(out.Events))
+	a.after(out.Events, out.Effects)
+	a.start()
+	return a, nil
+}
+
+// loadState rebuilds a session from its newest snapshot and the events
+// after it.
+func loadState(ctx context.Context, st store.Store, id string) (*core.State, error) {
+	s := core.NewState()
+	snap, err := st.SnapshotLoad(ctx, id)
+	switch {
+	case err == nil:
+		if err := decodeState(snap.Data, s); err != nil {
+			return nil, fmt.Errorf("decode snapshot at %d: %w", snap.Seq, err)
+		}
+	case errors.Is(err, store.ErrNotFound):
+	default:
+		return nil, fmt.Errorf("load snapshot: %w", err)
+	}
+	for {
+		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: 10_000})
+		if err != nil {
+			return nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
+		}
+		for _, rec := range recs {
+			e, err := DecodeEvent(rec)
+			if err != nil {
+				return nil, err
+			}
+			core.Apply(s, e)
+		}
+		if len(recs) < 10_000 {
+			break
+		}
+	}
+	if s.Session.ID == "" {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	}
+	return s, nil
+}
+
+// DecodeEvent decodes a stored record into a core event.
+func DecodeEvent(rec store.Record) (core.Event, error) {
+	body, err := core.DecodeBody(rec.Type, rec.Data)
+	if err != nil {
+		return core.Event{}, fmt.Errorf("event %s#%d: %w", rec.Session, rec.Seq, err)
+	}
+	return core.Event{Seq: rec.Seq, At: rec.At, Body: body}, nil
+}
+
+func (r *Runtime) renewLoop() {
+	defer r.wg.Done()
+	every := r.leaseTTL / 3
+	for {
+		done := make(chan struct{})
+		t := r.clock.AfterFunc(every, func() { close(done) })
+		select {
+		case <-r.renewStop:
+			t.Stop()
+			return
+		case <-done:
+		}
+		r.mu.Lock()
+		actors := make([]*actor, 0, len(r.actors))
+		for _, a := range r.actors {
+			actors = append(actors, a)
+		}
+		r.mu.Unlock()
+		for _, a := range actors {
+			a.submitControl(func() { a.renew() })
+		}
+	}
+}
+
+// Close stops every session actor after the step in progress, cancels the
+// effects in flight (their sessions recover them at the next start) and
+// leaves the store consistent. It does not close the store. Safe to call
+// twice.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	actors := make([]*actor, 0, len(r.actors))
+	for _, a := range r.actors {
+		actors = append(actors, a)
+	}
+	r.mu.Unlock()
+	close(r.renewStop)
+	for _, a := range actors {
+		a.stop()
+	}
+	r.cancel()
+	r.wg.Wait()
+	r.allSubs.closeAll()
+	return nil
+}
+
+func (r *Runtime) actor(id string) (*actor, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	a := r.actors[core.SessionID(id)]
+	if a == nil {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	}
+	return a, nil
+}
+
+// sessionDir is where a session's files live.
+func (r *Runtime) sessionDir(id core.SessionID) string {
+	return filepath.Join(r.opts.DataDir, "sessions", string(id))
+}
+
+// resolveOutput turns a task's relative output path into a file path.
+func (r *Runtime) resolveOutput(id core.SessionID, rel string) (string, error) {
+	if rel == "" || filepath.IsAbs(rel) || strings.Contains(rel, "..") {
+		return "", fmt.Errorf("bad output path %q", rel)
+	}
+	return filepath.Join(r.sessionDir(id), filepath.FromSlash(rel)), nil
+}
