@@ -25,6 +25,12 @@
 // notification, timer, continuation or tool_result), .Notification (.Task,
 // .Agent, .Status, .Result, .Key) and .Message (.ID, .From, .Text).
 //
+// The newest input's kind selects a list of turns: on.<kind> when the agent
+// has one, else turns. A request that carries only tool results continues
+// the list of the turn that called the tools, and falls back to turns when
+// that list is used up. An on list used up by new inputs repeats its last
+// turn; when turns is used up the agent ends its turn with a note.
+//
 // Which turn answers is computed from the conversation alone, so a call
 // that is issued again after a restart gets the same answer.
 package script
@@ -332,43 +338,51 @@ func approxTokens(req *provider.Request) int {
 
 // pickTurn replays the conversation to find which turns were used, then
 // picks the one for the newest input.
+//
+// The newest input's kind selects a list: on.<kind> when the agent has it,
+// else turns. A request that carries only tool results continues the list
+// of the turn that called the tools while that list has turns left, and
+// falls back to turns after. Lists are used in order; an on list used up by
+// new inputs repeats its last turn.
 func pickTurn(a *Agent, msgs []chat.Message) (Turn, bool) {
 	used := map[string]int{}
-	var trigger string
+	last := ""
+	choose := func(kind string) string {
+		if kind == "tool_result" {
+			if last != "" && used[last] < len(a.On[last]) {
+				return last
+			}
+			return ""
+		}
+		return listFor(a, kind)
+	}
+	list := ""
+	pending := false
 	for _, m := range msgs {
 		if m.Role == chat.RoleUser {
 			if k := kindOf(m); k != "" {
-				trigger = k
+				list = choose(k)
+				pending = true
 			}
 			continue
 		}
-		// An assistant message: the turn chosen for the trigger before it.
-		used[listFor(a, trigger)]++
-		trigger = ""
-	}
-	list := listFor(a, trigger)
-	turns := a.Turns
-	if list != "" {
-		turns = a.On[list]
-		n := used[list]
-		if n >= len(turns) {
-			n = len(turns) - 1 // the last reactive turn repeats
+		if pending {
+			used[list]++
+			last = list
+			pending = false
 		}
-		return turns[n], true
 	}
-	if n := used[""]; n < len(turns) {
-		return turns[n], true
+	if !pending {
+		list = choose("prompt")
+	}
+	if list != "" {
+		turns := a.On[list]
+		return turns[min(used[list], len(turns)-1)], true
+	}
+	if n := used[""]; n < len(a.Turns) {
+		return a.Turns[n], true
 	}
 	return Turn{}, false
-}
-
-// listFor names the list of turns that answers an input kind: "" for the
-// ordered turns, or the kind when the agent has turns on it.
-func listFor(a *Agent, kind string) string {
-	if kind != "" && len(a.On[kind]) > 0 {
-		return kind
-	}
-	return ""
 }
 
 // kindOf classifies a user message by its newest input.
@@ -482,4 +496,13 @@ func render(src string, d Data) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// listFor names the list of turns that answers an input kind: "" for the
+// ordered turns, or the kind when the agent has turns on it.
+func listFor(a *Agent, kind string) string {
+	if kind != "" && len(a.On[kind]) > 0 {
+		return kind
+	}
+	return ""
 }
