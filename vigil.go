@@ -73,7 +73,7 @@ type Options struct {
 	Logger *slog.Logger
 	// NewID makes session ids; the default is random.
 	NewID func() string
-	// SnapshotEvery saves a state snapshot after this many events (1000).
+	// SnapshotEvery saves a state snapshot after this many events (5000).
 	SnapshotEvery int
 	// Observer, when set, is told about runtime events (for metrics).
 	Observer Observer
@@ -153,7 +153,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.LeaseTTL = 30 * time.Second
 	}
 	if opts.SnapshotEvery == 0 {
-		opts.SnapshotEvery = 1000
+		opts.SnapshotEvery = 5000
 	}
 	if opts.MaxToolOutput == 0 {
 		opts.MaxToolOutput = 32 << 10

@@ -401,10 +401,7 @@ func (st *stepper) tryStart(a *Agent) {
 }
 
 func (st *stepper) startRun(a *Agent, items []*Item) {
-	ids := make([]ItemID, len(items))
-	for i, it := range items {
-		ids[i] = it.ID
-	}
+	ids, notes := itemIDs(items)
 	kind := RunKind(items[0].Kind)
 	if items[0].Kind == KindContinuation {
 		kind = RunProviderWake
@@ -414,10 +411,24 @@ func (st *stepper) startRun(a *Agent, items []*Item) {
 		st.emit(&NotifiedFlag{Agent: a.ID, Value: false})
 	}
 	content := st.renderItems(items)
-	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids})
+	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids, Notes: notes})
 	st.releaseGatesOf(a, items)
 	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
 	st.beginRound(a)
+}
+
+// itemIDs returns the ids of items and the keys of the notifications
+// among them.
+func itemIDs(items []*Item) ([]ItemID, []NoteKey) {
+	ids := make([]ItemID, len(items))
+	var notes []NoteKey
+	for i, it := range items {
+		ids[i] = it.ID
+		if it.Note != nil {
+			notes = append(notes, *it.Note)
+		}
+	}
+	return ids, notes
 }
 
 // releaseGatesOf releases the gate of any continuation among items that
@@ -524,12 +535,9 @@ func (st *stepper) nextRound(a *Agent) {
 		content = append(content, chat.ToolResult(tc.UseID, tc.Result, tc.IsError))
 	}
 	if items := st.joinable(a); len(items) > 0 {
-		ids := make([]ItemID, len(items))
-		for i, it := range items {
-			ids[i] = it.ID
-		}
+		ids, notes := itemIDs(items)
 		content = append(content, st.renderItems(items)...)
-		st.emit(&ItemsJoined{Agent: a.ID, Seq: r.Seq, Items: ids})
+		st.emit(&ItemsJoined{Agent: a.ID, Seq: r.Seq, Items: ids, Notes: notes})
 		st.releaseGatesOf(a, items)
 	}
 	for _, id := range slices.Clone(r.PendingSends) {

@@ -319,6 +319,8 @@ type RunStarted struct {
 	Seq   int      `json:"seq"`
 	Kind  RunKind  `json:"kind"`
 	Items []ItemID `json:"items"`
+	// Notes are the notifications among Items, delivered by this event.
+	Notes []NoteKey `json:"notes,omitempty"`
 }
 
 func (*RunStarted) Type() string { return "run.started" }
@@ -338,6 +340,8 @@ type ItemsJoined struct {
 	Agent AgentID  `json:"agent"`
 	Seq   int      `json:"seq"`
 	Items []ItemID `json:"items"`
+	// Notes are the notifications among Items, delivered by this event.
+	Notes []NoteKey `json:"notes,omitempty"`
 }
 
 func (*ItemsJoined) Type() string { return "items.joined" }
@@ -554,7 +558,7 @@ func (*NotificationWritten) Type() string { return "notification.written" }
 func (e *NotificationWritten) apply(s *State, at time.Time) {
 	n := e.Note
 	n.Written = at
-	s.Notes[n.Key.String()] = &n
+	s.Notes[n.Key] = &n
 	s.NoteOrder = append(s.NoteOrder, n.Key)
 }
 

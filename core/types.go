@@ -2,6 +2,9 @@ package core
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
@@ -376,6 +379,29 @@ func (k NoteKey) String() string {
 	return string(k.Task) + "#" + itoa(k.Run)
 }
 
+// MarshalText encodes the key as its String form.
+func (k NoteKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText decodes a key written by MarshalText.
+func (k *NoteKey) UnmarshalText(b []byte) error {
+	s := string(b)
+	i := strings.LastIndexByte(s, '#')
+	if i <= 0 {
+		return fmt.Errorf("bad notification key %q", s)
+	}
+	k.Task = TaskID(s[:i])
+	if s[i+1:] == "exit" {
+		k.Run = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s[i+1:])
+	if err != nil || n < 1 {
+		return fmt.Errorf("bad notification key %q", s)
+	}
+	k.Run = n
+	return nil
+}
+
 // Delivery says how a notification reaches its owner.
 type Delivery string
 
@@ -497,7 +523,7 @@ type State struct {
 	Order     []AgentID                `json:"order"`
 	Tasks     map[TaskID]*Task         `json:"tasks"`
 	TaskOrder []TaskID                 `json:"task_order"`
-	Notes     map[string]*Note         `json:"notes"`
+	Notes     map[NoteKey]*Note        `json:"notes"`
 	NoteOrder []NoteKey                `json:"note_order"`
 	Msgs      map[MsgID]*Msg           `json:"msgs"`
 	Timers    map[TimerID]*Timer       `json:"timers"`
@@ -514,7 +540,7 @@ func NewState() *State {
 	return &State{
 		Agents:    map[AgentID]*Agent{},
 		Tasks:     map[TaskID]*Task{},
-		Notes:     map[string]*Note{},
+		Notes:     map[NoteKey]*Note{},
 		Msgs:      map[MsgID]*Msg{},
 		Timers:    map[TimerID]*Timer{},
 		Approvals: map[ApprovalID]*Approval{},
@@ -539,7 +565,7 @@ func (s *State) Agent(ref string) *Agent {
 }
 
 // Note returns the notification with key k, or nil.
-func (s *State) Note(k NoteKey) *Note { return s.Notes[k.String()] }
+func (s *State) Note(k NoteKey) *Note { return s.Notes[k] }
 
 // LiveTasks returns the ids of the live tasks owned by agent a, in order.
 func (s *State) LiveTasks(a AgentID) []TaskID {

@@ -124,7 +124,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 	runs := map[core.AgentID]bool{}
 	tasks := map[core.TaskID]bool{}
 	items := map[core.ItemID]itemChange{}
-	notes := map[string]bool{}
+	notes := map[core.NoteKey]bool{}
 	var newNotes []core.NoteKey
 	var updNotes []core.NoteKey
 	touchAgent := func(id core.AgentID) { agents[id] = true }
@@ -170,7 +170,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 				touchAgent(id) // the agent of a resolved approval is not in the event
 			}
 		case *core.NotificationWritten:
-			k := b.Note.Key.String()
+			k := b.Note.Key
 			if !notes[k] {
 				notes[k] = true
 				newNotes = append(newNotes, b.Note.Key)
@@ -178,7 +178,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 		case *core.NotificationDropped:
 			updNotes = append(updNotes, b.Key)
 		}
-		for _, k := range deliveredNotes(s, e.Body) {
+		for _, k := range deliveredNotes(e.Body) {
 			updNotes = append(updNotes, k)
 		}
 	}
@@ -228,12 +228,12 @@ func Project(s *core.State, events []core.Event) *Projection {
 	for _, k := range newNotes {
 		p.Notes = append(p.Notes, noteRow(s, k, true))
 	}
-	seen := map[string]bool{}
+	seen := map[core.NoteKey]bool{}
 	for _, k := range updNotes {
-		if notes[k.String()] || seen[k.String()] {
+		if notes[k] || seen[k] {
 			continue
 		}
-		seen[k.String()] = true
+		seen[k] = true
 		p.Notes = append(p.Notes, noteRow(s, k, false))
 	}
 	return p
@@ -246,32 +246,14 @@ type itemChange struct {
 }
 
 // deliveredNotes returns the notifications an event delivered to a run.
-func deliveredNotes(s *core.State, b core.Body) []core.NoteKey {
-	var ids []core.ItemID
-	var agent core.AgentID
+func deliveredNotes(b core.Body) []core.NoteKey {
 	switch b := b.(type) {
 	case *core.RunStarted:
-		ids, agent = b.Items, b.Agent
+		return b.Notes
 	case *core.ItemsJoined:
-		ids, agent = b.Items, b.Agent
-	default:
-		return nil
+		return b.Notes
 	}
-	a := s.Agents[agent]
-	if a == nil {
-		return nil
-	}
-	want := map[core.ItemID]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
-	var out []core.NoteKey
-	for _, k := range s.NoteOrder {
-		if n := s.Note(k); n != nil && want[n.Item] {
-			out = append(out, k)
-		}
-	}
-	return out
+	return nil
 }
 
 func sessionRow(s *core.State, at time.Time) *SessionRow {

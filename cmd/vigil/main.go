@@ -40,8 +40,9 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func commands() map[string]command {
 	return map[string]command{
-		"run": {"run one session headless until it is quiescent, printing its timeline", cmdRun},
-		"sim": {"run the deterministic simulator over many seeds", cmdSim},
+		"run":   {"run one session headless until it is quiescent, printing its timeline", cmdRun},
+		"sim":   {"run the deterministic simulator over many seeds", cmdSim},
+		"bench": {"measure wake latency and notification throughput", cmdBench},
 	}
 }
 
