@@ -64,7 +64,7 @@ type Options struct {
 	// waits at most 10 minutes for response headers.
 	HTTPClient *http.Client
 	// Retry is the retry policy.
-	Retry RetryPolicy
+	Retry provider.RetryPolicy
 	// Logger receives retries (warn) and attempts (debug); nil discards.
 	Logger *slog.Logger
 	// Header holds extra request headers, e.g. anthropic-beta.
@@ -78,7 +78,7 @@ type Provider struct {
 	apiKey    string
 	model     string
 	maxTokens int
-	retry     RetryPolicy
+	retry     provider.RetryPolicy
 	log       *slog.Logger
 	messages  sdk.MessageService
 }
@@ -92,7 +92,7 @@ func New(opts Options) *Provider {
 		apiKey:    opts.APIKey,
 		model:     cmp(opts.Model, DefaultModel),
 		maxTokens: opts.MaxTokens,
-		retry:     opts.Retry.withDefaults(),
+		retry:     opts.Retry.WithDefaults(),
 		log:       opts.Logger,
 	}
 	if p.maxTokens <= 0 {
@@ -153,73 +153,20 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 			yield(provider.Event{}, p.newError(provider.ErrBadRequest, 0, err.Error(), false))
 			return
 		}
-		for attempt := 1; ; attempt++ {
-			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", attempt)
-			resp, f, stopped := p.attempt(ctx, params, yield)
-			if stopped {
-				return
-			}
-			if f == nil {
-				yield(provider.Event{Type: provider.EventDone, Response: resp}, nil)
-				return
-			}
-			e := f.err
-			e.Attempts = attempt
-			if ctx.Err() != nil {
-				yield(provider.Event{}, p.canceled(ctx, attempt))
-				return
-			}
-			if !e.Retryable || attempt >= p.retry.MaxAttempts {
-				yield(provider.Event{}, e)
-				return
-			}
-			delay := p.retry.backoff(attempt)
-			if f.hasWait {
-				if f.wait > p.retry.MaxRetryAfter {
-					e.Message += fmt.Sprintf(" (server asks to retry after %s)", f.wait)
-					yield(provider.Event{}, e)
-					return
-				}
-				delay = f.wait
-			}
-			reason := reasonOf(e)
-			p.log.Warn("model call failed; retrying", "provider", p.name, "call", req.CallID,
-				"attempt", attempt, "delay", delay, "reason", reason)
-			if !yield(provider.Event{Type: provider.EventRetry, Retry: &provider.Retry{Attempt: attempt, Delay: delay, Reason: reason}}, nil) {
-				return
-			}
-			if err := p.retry.Sleep(ctx, delay); err != nil {
-				yield(provider.Event{}, p.canceled(ctx, attempt))
-				return
-			}
-		}
+		p.retry.Run(ctx, p.name, req.CallID, p.log, func(n int) (*chat.Response, *provider.Failure, bool) {
+			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", n)
+			return p.attempt(ctx, params, yield)
+		}, yield)
 	}
-}
-
-func reasonOf(e *provider.Error) string {
-	if e.Status != 0 {
-		return fmt.Sprintf("%d %s", e.Status, e.Message)
-	}
-	return string(e.Kind) + ": " + e.Message
 }
 
 func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, retryable bool) *provider.Error {
-	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: redact(msg, p.apiKey), Retryable: retryable}
-}
-
-func (p *Provider) canceled(ctx context.Context, attempts int) *provider.Error {
-	msg := "context canceled"
-	if err := ctx.Err(); err != nil {
-		msg = err.Error()
-	}
-	e := p.newError(provider.ErrCanceled, 0, msg, false)
-	e.Attempts = attempts
-	return e
+	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: provider.Redact(msg, p.apiKey), Retryable: retryable}
 }
 
 // attempt makes one request and reads its stream. It returns the response,
 // or the failure, or stopped when the consumer stopped the iteration.
-func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *failure, stopped bool) {
+func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
 	var res *http.Response
 	if err := p.messages.NewStreaming(ctx, params, option.WithResponseInto(&res)).Err(); err != nil {
 		if res != nil && res.StatusCode >= 400 {
@@ -228,10 +175,10 @@ func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yie
 		if res != nil && res.Body != nil {
 			res.Body.Close()
 		}
-		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, err.Error(), transportRetryable(err))}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, err.Error(), provider.TransportRetryable(err))}, false
 	}
 	if res == nil || res.Body == nil {
-		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
 	}
 	defer res.Body.Close()
 	if isJSON(res) {
@@ -240,9 +187,9 @@ func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yie
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 		if bytes.Contains(body, []byte(`"error"`)) {
 			se := errorEvent(body)
-			return nil, &failure{err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
+			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
 		}
-		return nil, &failure{err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+truncate(string(body), 200), false)}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+provider.Truncate(string(body), 200), false)}, false
 	}
 
 	dec := ssestream.NewDecoder(res)
@@ -250,7 +197,7 @@ func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yie
 	for dec.Next() {
 		evs, err := acc.add(dec.Event())
 		if err != nil {
-			return nil, &failure{err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
+			return nil, &provider.Failure{Err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
 		}
 		for _, ev := range evs {
 			if !yield(ev, nil) {
@@ -265,7 +212,7 @@ func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yie
 	if err := dec.Err(); err != nil {
 		msg += ": " + err.Error()
 	}
-	return nil, &failure{err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
+	return nil, &provider.Failure{Err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
 }
 
 func isJSON(res *http.Response) bool {
@@ -275,7 +222,7 @@ func isJSON(res *http.Response) bool {
 
 // httpFailure reads an error response: {"type":"error","error":{"type",
 // "message"}}.
-func (p *Provider) httpFailure(res *http.Response) *failure {
+func (p *Provider) httpFailure(res *http.Response) *provider.Failure {
 	defer res.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 	var eb struct {
@@ -288,7 +235,7 @@ func (p *Provider) httpFailure(res *http.Response) *failure {
 	if json.Unmarshal(body, &eb) == nil && (eb.Error.Type != "" || eb.Error.Message != "") {
 		errType = eb.Error.Type
 		msg = joinNonEmpty(": ", eb.Error.Type, eb.Error.Message)
-	} else if s := truncate(string(body), 300); s != "" {
+	} else if s := provider.Truncate(string(body), 300); s != "" {
 		msg = s
 	} else {
 		msg = http.StatusText(res.StatusCode)
@@ -296,9 +243,9 @@ func (p *Provider) httpFailure(res *http.Response) *failure {
 	if id := res.Header.Get("request-id"); id != "" {
 		msg += " (request-id " + id + ")"
 	}
-	kind, retryable := statusKind(res.StatusCode, errType)
-	f := &failure{err: p.newError(kind, res.StatusCode, msg, retryable)}
-	f.wait, f.hasWait = retryAfter(res.Header, p.retry.Now())
+	kind, retryable := provider.StatusKind(res.StatusCode, errType)
+	f := &provider.Failure{Err: p.newError(kind, res.StatusCode, msg, retryable)}
+	f.Wait, f.HasWait = provider.RetryAfter(res.Header, p.retry.Now())
 	return f
 }
 
@@ -500,7 +447,7 @@ func (a *accumulator) finish(b *block) ([]provider.Event, *streamError) {
 		if err == nil {
 			err = errors.New("not an object")
 		}
-		return nil, malformed("tool_use %s (%s): input is not a JSON object: %v: %s", b.id, b.name, err, truncate(string(in), 200))
+		return nil, malformed("tool_use %s (%s): input is not a JSON object: %v: %s", b.id, b.name, err, provider.Truncate(string(in), 200))
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, in); err == nil {

@@ -73,7 +73,7 @@ func newHarness(t *testing.T, mod func(*anthropic.Options)) *harness {
 	opts := anthropic.Options{
 		APIKey:  apiKey,
 		BaseURL: h.srv.BaseURL(),
-		Retry: anthropic.RetryPolicy{
+		Retry: provider.RetryPolicy{
 			MaxAttempts: 3,
 			Sleep:       h.sleep.Sleep,
 			Rand:        func() float64 { return 0.5 },
@@ -812,7 +812,7 @@ func TestJSONInsteadOfStream(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(body))
 		}))
-		p := anthropic.New(anthropic.Options{BaseURL: srv.URL, Retry: anthropic.RetryPolicy{Sleep: (&sleeper{}).Sleep}})
+		p := anthropic.New(anthropic.Options{BaseURL: srv.URL, Retry: provider.RetryPolicy{Sleep: (&sleeper{}).Sleep}})
 		pe := providerError(t, run(context.Background(), p, simpleRequest()).err)
 		if pe.Kind != kind || pe.Attempts != 1 {
 			t.Errorf("%s: error = %+v", body, pe)

@@ -66,7 +66,7 @@ type Options struct {
 	// waits at most 10 minutes for response headers.
 	HTTPClient *http.Client
 	// Retry is the retry policy.
-	Retry RetryPolicy
+	Retry provider.RetryPolicy
 	// Logger receives retries (warn) and attempts (debug); nil discards.
 	Logger *slog.Logger
 	// Header holds extra request headers, e.g. OpenRouter's HTTP-Referer.
@@ -81,7 +81,7 @@ type Provider struct {
 	model     string
 	maxTokens int
 	mct       bool
-	retry     RetryPolicy
+	retry     provider.RetryPolicy
 	log       *slog.Logger
 	chat      sdk.ChatCompletionService
 }
@@ -96,7 +96,7 @@ func New(opts Options) *Provider {
 		model:     opts.Model,
 		maxTokens: opts.MaxTokens,
 		mct:       opts.MaxCompletionTokens,
-		retry:     opts.Retry.withDefaults(),
+		retry:     opts.Retry.WithDefaults(),
 		log:       opts.Logger,
 	}
 	if p.log == nil {
@@ -146,73 +146,20 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 			yield(provider.Event{}, p.newError(provider.ErrBadRequest, 0, err.Error(), false))
 			return
 		}
-		for attempt := 1; ; attempt++ {
-			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", attempt)
-			resp, f, stopped := p.attempt(ctx, req.CallID, params, yield)
-			if stopped {
-				return
-			}
-			if f == nil {
-				yield(provider.Event{Type: provider.EventDone, Response: resp}, nil)
-				return
-			}
-			e := f.err
-			e.Attempts = attempt
-			if ctx.Err() != nil {
-				yield(provider.Event{}, p.canceled(ctx, attempt))
-				return
-			}
-			if !e.Retryable || attempt >= p.retry.MaxAttempts {
-				yield(provider.Event{}, e)
-				return
-			}
-			delay := p.retry.backoff(attempt)
-			if f.hasWait {
-				if f.wait > p.retry.MaxRetryAfter {
-					e.Message += fmt.Sprintf(" (server asks to retry after %s)", f.wait)
-					yield(provider.Event{}, e)
-					return
-				}
-				delay = f.wait
-			}
-			reason := reasonOf(e)
-			p.log.Warn("model call failed; retrying", "provider", p.name, "call", req.CallID,
-				"attempt", attempt, "delay", delay, "reason", reason)
-			if !yield(provider.Event{Type: provider.EventRetry, Retry: &provider.Retry{Attempt: attempt, Delay: delay, Reason: reason}}, nil) {
-				return
-			}
-			if err := p.retry.Sleep(ctx, delay); err != nil {
-				yield(provider.Event{}, p.canceled(ctx, attempt))
-				return
-			}
-		}
+		p.retry.Run(ctx, p.name, req.CallID, p.log, func(n int) (*chat.Response, *provider.Failure, bool) {
+			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", n)
+			return p.attempt(ctx, req.CallID, params, yield)
+		}, yield)
 	}
-}
-
-func reasonOf(e *provider.Error) string {
-	if e.Status != 0 {
-		return fmt.Sprintf("%d %s", e.Status, e.Message)
-	}
-	return string(e.Kind) + ": " + e.Message
 }
 
 func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, retryable bool) *provider.Error {
-	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: redact(msg, p.apiKey), Retryable: retryable}
-}
-
-func (p *Provider) canceled(ctx context.Context, attempts int) *provider.Error {
-	msg := "context canceled"
-	if err := ctx.Err(); err != nil {
-		msg = err.Error()
-	}
-	e := p.newError(provider.ErrCanceled, 0, msg, false)
-	e.Attempts = attempts
-	return e
+	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: provider.Redact(msg, p.apiKey), Retryable: retryable}
 }
 
 // attempt makes one request and reads its stream. It returns the response,
 // or the failure, or stopped when the consumer stopped the iteration.
-func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCompletionNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *failure, stopped bool) {
+func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCompletionNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
 	var res *http.Response
 	if err := p.chat.NewStreaming(ctx, params, option.WithResponseInto(&res)).Err(); err != nil {
 		if res != nil && res.StatusCode >= 400 {
@@ -221,10 +168,10 @@ func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCo
 		if res != nil && res.Body != nil {
 			res.Body.Close()
 		}
-		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, err.Error(), transportRetryable(err))}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, err.Error(), provider.TransportRetryable(err))}, false
 	}
 	if res == nil || res.Body == nil {
-		return nil, &failure{err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
 	}
 	defer res.Body.Close()
 	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == "application/json" {
@@ -233,9 +180,9 @@ func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCo
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 		if we, ok := parseErrorBody(body); ok {
 			se := inStreamError(we)
-			return nil, &failure{err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
+			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
 		}
-		return nil, &failure{err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+truncate(string(body), 200), false)}, false
+		return nil, &provider.Failure{Err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+provider.Truncate(string(body), 200), false)}, false
 	}
 
 	dec := ssestream.NewDecoder(res)
@@ -243,7 +190,7 @@ func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCo
 	for dec.Next() {
 		evs, err := acc.add(dec.Event())
 		if err != nil {
-			return nil, &failure{err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
+			return nil, &provider.Failure{Err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
 		}
 		for _, ev := range evs {
 			if !yield(ev, nil) {
@@ -260,12 +207,12 @@ func (p *Provider) attempt(ctx context.Context, callID string, params sdk.ChatCo
 			if err != nil {
 				msg += ": " + err.Error()
 			}
-			return nil, &failure{err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
+			return nil, &provider.Failure{Err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
 		}
 	}
 	evs, resp, serr := acc.response()
 	if serr != nil {
-		return nil, &failure{err: p.newError(serr.kind, 0, serr.msg, serr.retryable)}, false
+		return nil, &provider.Failure{Err: p.newError(serr.kind, 0, serr.msg, serr.retryable)}, false
 	}
 	for _, ev := range evs {
 		if !yield(ev, nil) {
@@ -328,14 +275,14 @@ func parseErrorBody(body []byte) (wireError, bool) {
 	return wireError{}, false
 }
 
-func (p *Provider) httpFailure(res *http.Response) *failure {
+func (p *Provider) httpFailure(res *http.Response) *provider.Failure {
 	defer res.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 	var msg, errType string
 	if we, ok := parseErrorBody(body); ok {
 		errType = we.Type
 		msg = we.text()
-	} else if s := truncate(string(body), 300); s != "" {
+	} else if s := provider.Truncate(string(body), 300); s != "" {
 		msg = s
 	} else {
 		msg = http.StatusText(res.StatusCode)
@@ -343,9 +290,9 @@ func (p *Provider) httpFailure(res *http.Response) *failure {
 	if id := res.Header.Get("x-request-id"); id != "" {
 		msg += " (request-id " + id + ")"
 	}
-	kind, retryable := statusKind(res.StatusCode, errType)
-	f := &failure{err: p.newError(kind, res.StatusCode, msg, retryable)}
-	f.wait, f.hasWait = retryAfter(res.Header, p.retry.Now())
+	kind, retryable := provider.StatusKind(res.StatusCode, errType)
+	f := &provider.Failure{Err: p.newError(kind, res.StatusCode, msg, retryable)}
+	f.Wait, f.HasWait = provider.RetryAfter(res.Header, p.retry.Now())
 	return f
 }
 
@@ -377,7 +324,7 @@ func inStreamError(we wireError) *streamError {
 	label := strings.ToLower(we.Type + " " + we.code())
 	kind, retryable := provider.ErrServer, true
 	if n, err := strconv.Atoi(we.code()); err == nil && n >= 400 {
-		kind, retryable = statusKind(n, we.Type)
+		kind, retryable = provider.StatusKind(n, we.Type)
 	}
 	switch {
 	case strings.Contains(label, "overloaded"):
@@ -428,12 +375,12 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	if len(probe.Error) > 0 && string(probe.Error) != "null" {
 		we, ok := parseErrorBody([]byte(data))
 		if !ok {
-			we = wireError{Message: truncate(string(probe.Error), 300)}
+			we = wireError{Message: provider.Truncate(string(probe.Error), 300)}
 		}
 		return nil, inStreamError(we)
 	}
 	if ev.Type == "error" {
-		return nil, inStreamError(wireError{Message: truncate(data, 300)})
+		return nil, inStreamError(wireError{Message: provider.Truncate(data, 300)})
 	}
 	var c sdk.ChatCompletionChunk
 	if err := json.Unmarshal([]byte(data), &c); err != nil {
@@ -523,7 +470,7 @@ func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError
 			if err != nil {
 				msg = err.Error()
 			}
-			return nil, nil, malformed("tool call %s (%s): arguments are not a JSON object: %s: %s", id, call.name, msg, truncate(in, 200))
+			return nil, nil, malformed("tool call %s (%s): arguments are not a JSON object: %s: %s", id, call.name, msg, provider.Truncate(in, 200))
 		}
 		compact, _ := json.Marshal(json.RawMessage(in))
 		b := chat.Block{Type: chat.BlockToolUse, ID: id, Name: call.name, Input: compact}

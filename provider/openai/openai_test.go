@@ -73,7 +73,7 @@ func newHarness(t *testing.T, mod func(*openai.Options)) *harness {
 		APIKey:  apiKey,
 		BaseURL: h.srv.BaseURL(),
 		Model:   "test-model",
-		Retry: openai.RetryPolicy{
+		Retry: provider.RetryPolicy{
 			MaxAttempts: 3,
 			Sleep:       h.sleep.Sleep,
 			Rand:        func() float64 { return 0.5 },
@@ -709,7 +709,7 @@ func TestJSONInsteadOfStream(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(body))
 		}))
-		p := openai.New(openai.Options{BaseURL: srv.URL, Model: "m", Retry: openai.RetryPolicy{Sleep: (&sleeper{}).Sleep}})
+		p := openai.New(openai.Options{BaseURL: srv.URL, Model: "m", Retry: provider.RetryPolicy{Sleep: (&sleeper{}).Sleep}})
 		pe := providerError(t, run(context.Background(), p, simpleRequest()).err)
 		if pe.Kind != kind || pe.Attempts != 1 {
 			t.Errorf("%s: error = %+v", body, pe)

@@ -1,4 +1,4 @@
-package openai
+package provider
 
 import (
 	"context"
@@ -9,20 +9,20 @@ import (
 )
 
 func TestBackoffFullJitter(t *testing.T) {
-	p := RetryPolicy{Rand: func() float64 { return 0.999999 }}.withDefaults()
+	p := RetryPolicy{Rand: func() float64 { return 0.999999 }}.WithDefaults()
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, w := range want {
-		got := p.backoff(i + 1)
+		got := p.Backoff(i + 1)
 		if got > w || got < w-w/1000 {
 			t.Errorf("backoff(%d) = %s, want just under %s", i+1, got, w)
 		}
 	}
 	p.Rand = func() float64 { return 0 }
-	if got := p.backoff(3); got != 0 {
+	if got := p.Backoff(3); got != 0 {
 		t.Errorf("full jitter with rand 0 = %s, want 0", got)
 	}
-	p = RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: 250 * time.Millisecond, Rand: func() float64 { return 0.5 }}.withDefaults()
-	if got := p.backoff(10); got != 125*time.Millisecond {
+	p = RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: 250 * time.Millisecond, Rand: func() float64 { return 0.5 }}.WithDefaults()
+	if got := p.Backoff(10); got != 125*time.Millisecond {
 		t.Errorf("capped backoff = %s", got)
 	}
 	if p.MaxAttempts != 5 || p.MaxRetryAfter != 5*time.Minute {
@@ -47,9 +47,9 @@ func TestRetryAfterHeader(t *testing.T) {
 		{http.Header{"Retry-After": {"soon"}}, 0, false},
 		{http.Header{"Retry-After": {"-3"}}, 0, false},
 	} {
-		got, ok := retryAfter(tc.h, now)
+		got, ok := RetryAfter(tc.h, now)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("retryAfter(%v) = %s, %v; want %s, %v", tc.h, got, ok, tc.want, tc.ok)
+			t.Errorf("RetryAfter(%v) = %s, %v; want %s, %v", tc.h, got, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -85,9 +85,9 @@ func TestStatusKind(t *testing.T) {
 		{404, "", "bad_request", false},
 		{413, "", "bad_request", false},
 	} {
-		kind, retryable := statusKind(tc.status, tc.typ)
+		kind, retryable := StatusKind(tc.status, tc.typ)
 		if string(kind) != tc.kind || retryable != tc.retryable {
-			t.Errorf("statusKind(%d, %q) = %s, %v", tc.status, tc.typ, kind, retryable)
+			t.Errorf("StatusKind(%d, %q) = %s, %v", tc.status, tc.typ, kind, retryable)
 		}
 	}
 }

@@ -1,14 +1,12 @@
-package anthropic
-
-// This file is kept identical (but for the package clause) in
-// provider/anthropic and provider/openai; it belongs in package provider
-// once that package may grow a shared retry policy.
+package provider
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -16,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/chat"
 )
 
 // RetryPolicy says how often and how long an adapter retries a failed
@@ -52,7 +50,8 @@ type RetryPolicy struct {
 	Now func() time.Time
 }
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
+// WithDefaults fills in the zero fields.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 5
 	}
@@ -77,8 +76,8 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// backoff returns the wait after the failed attempt n (from 1).
-func (p RetryPolicy) backoff(n int) time.Duration {
+// Backoff returns the wait after the failed attempt n (from 1).
+func (p RetryPolicy) Backoff(n int) time.Duration {
 	ceil := p.BaseDelay
 	for i := 1; i < n && ceil < p.MaxDelay; i++ {
 		ceil *= 2
@@ -98,9 +97,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
+// RetryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
 // date), from h.
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
 			return time.Duration(ms * float64(time.Millisecond)), true
@@ -119,37 +118,37 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// failure is one failed attempt.
-type failure struct {
-	err *provider.Error
-	// wait is the server's retry-after, when hasWait.
-	wait    time.Duration
-	hasWait bool
+// Failure is one failed attempt of a model call.
+type Failure struct {
+	Err *Error
+	// Wait is the server's retry-after, when HasWait.
+	Wait    time.Duration
+	HasWait bool
 }
 
-// statusKind classifies an HTTP error status and the error type of its
+// StatusKind classifies an HTTP error status and the error type of its
 // body.
-func statusKind(status int, errType string) (provider.ErrorKind, bool) {
+func StatusKind(status int, errType string) (ErrorKind, bool) {
 	switch {
 	case status == 529 || errType == "overloaded_error":
-		return provider.ErrOverloaded, true
+		return ErrOverloaded, true
 	case status == http.StatusTooManyRequests:
-		return provider.ErrRateLimited, true
+		return ErrRateLimited, true
 	case status >= 500 && status <= 504:
-		return provider.ErrServer, true
+		return ErrServer, true
 	case status >= 500:
-		return provider.ErrServer, false
+		return ErrServer, false
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return provider.ErrAuth, false
+		return ErrAuth, false
 	default:
-		return provider.ErrBadRequest, false
+		return ErrBadRequest, false
 	}
 }
 
-// transportRetryable reports whether a transport error (no response) is
+// TransportRetryable reports whether a transport error (no response) is
 // worth another attempt: refused and reset connections, timeouts and EOFs
 // are; certificate and malformed-URL errors are not.
-func transportRetryable(err error) bool {
+func TransportRetryable(err error) bool {
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
@@ -166,17 +165,17 @@ func transportRetryable(err error) bool {
 	return true
 }
 
-// redact removes secret from s.
-func redact(s, secret string) string {
+// Redact removes secret from s.
+func Redact(s, secret string) string {
 	if secret == "" {
 		return s
 	}
 	return strings.ReplaceAll(s, secret, "[redacted]")
 }
 
-// truncate shortens s to about n bytes, on a rune boundary, for an error
+// Truncate shortens s to about n bytes, on a rune boundary, for an error
 // message.
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) <= n {
 		return s
@@ -185,4 +184,66 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "..."
+}
+
+// Run performs a model call under the policy: attempt is called for
+// attempt n (from 1) and returns the response, or the failure, or stopped
+// when the consumer stopped reading. Run yields EventRetry before each
+// backoff, then the final EventDone or error. name is the provider's name
+// for errors and logs.
+func (p RetryPolicy) Run(ctx context.Context, name, callID string, log *slog.Logger,
+	attempt func(n int) (*chat.Response, *Failure, bool), yield func(Event, error) bool) {
+	canceled := func(attempts int) *Error {
+		msg := "context canceled"
+		if err := ctx.Err(); err != nil {
+			msg = err.Error()
+		}
+		return &Error{Provider: name, Kind: ErrCanceled, Message: msg, Attempts: attempts}
+	}
+	for n := 1; ; n++ {
+		resp, f, stopped := attempt(n)
+		if stopped {
+			return
+		}
+		if f == nil {
+			yield(Event{Type: EventDone, Response: resp}, nil)
+			return
+		}
+		e := f.Err
+		e.Attempts = n
+		if ctx.Err() != nil {
+			yield(Event{}, canceled(n))
+			return
+		}
+		if !e.Retryable || n >= p.MaxAttempts {
+			yield(Event{}, e)
+			return
+		}
+		delay := p.Backoff(n)
+		if f.HasWait {
+			if f.Wait > p.MaxRetryAfter {
+				e.Message += fmt.Sprintf(" (server asks to retry after %s)", f.Wait)
+				yield(Event{}, e)
+				return
+			}
+			delay = f.Wait
+		}
+		reason := ReasonOf(e)
+		log.Warn("model call failed; retrying", "provider", name, "call", callID, "attempt", n, "delay", delay, "reason", reason)
+		if !yield(Event{Type: EventRetry, Retry: &Retry{Attempt: n, Delay: delay, Reason: reason}}, nil) {
+			return
+		}
+		if err := p.Sleep(ctx, delay); err != nil {
+			yield(Event{}, canceled(n))
+			return
+		}
+	}
+}
+
+// ReasonOf is a short reason for a failed attempt, e.g. "529 overloaded".
+func ReasonOf(e *Error) string {
+	if e.Status != 0 {
+		return fmt.Sprintf("%d %s", e.Status, e.Message)
+	}
+	return string(e.Kind) + ": " + e.Message
 }
