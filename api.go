@@ -24,6 +24,9 @@ type SessionParams struct {
 	// Provider names one of the runtime's providers; empty means the default.
 	Provider string
 	Model    string
+	// SubagentModel is the model of subagents that ask for none; empty
+	// means Model.
+	SubagentModel string
 	// Cwd is the working directory of file tools and shell commands; Dirs
 	// are more directories file tools may use.
 	Cwd         string
@@ -70,7 +73,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	s := core.NewState()
 	a := r.newActor(id, s, lease)
 	out := r.core.Step(s, r.clock.Now(), core.CreateSession{
-		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, Permissions: p.Permissions, Owner: p.Owner},
+		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: p.Permissions, Owner: p.Owner},
 		Prompt:  p.Prompt,
 	})
 	if out.Err != nil {

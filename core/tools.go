@@ -102,9 +102,13 @@ func (st *stepper) toolAgent(a *Agent, tc ToolCall) {
 	if desc == "" {
 		desc = firstLine(in.Prompt, 60)
 	}
+	model := in.Model
+	if model == "" {
+		model = st.s.Session.SubagentModel
+	}
 	st.emit(&AgentCreated{Agent: Agent{
 		ID: id, Name: name, Description: desc, Owner: a.ID, Task: taskID, Depth: a.Depth + 1,
-		Model: in.Model, Provider: a.Provider, Driver: DriverLoop,
+		Model: model, Provider: a.Provider, Driver: DriverLoop,
 	}})
 	st.emit(&TaskStarted{Task: Task{
 		ID: taskID, Kind: TaskAgent, Owner: a.ID, Agent: id, Description: desc,

@@ -172,17 +172,19 @@ const (
 
 // Session is the session's own record.
 type Session struct {
-	ID          SessionID   `json:"id"`
-	Title       string      `json:"title,omitempty"`
-	Cwd         string      `json:"cwd,omitempty"`
-	Dirs        []string    `json:"dirs,omitempty"`
-	Provider    string      `json:"provider,omitempty"`
-	Model       string      `json:"model,omitempty"`
-	Permissions Permissions `json:"permissions"`
-	Owner       string      `json:"owner,omitempty"` // an MCP caller's owner key, if any
-	Created     time.Time   `json:"created"`
-	Closed      bool        `json:"closed,omitempty"`
-	CloseReason string      `json:"close_reason,omitempty"`
+	ID       SessionID `json:"id"`
+	Title    string    `json:"title,omitempty"`
+	Cwd      string    `json:"cwd,omitempty"`
+	Dirs     []string  `json:"dirs,omitempty"`
+	Provider string    `json:"provider,omitempty"`
+	Model    string    `json:"model,omitempty"`
+	// SubagentModel is the model of subagents that ask for none.
+	SubagentModel string      `json:"subagent_model,omitempty"`
+	Permissions   Permissions `json:"permissions"`
+	Owner         string      `json:"owner,omitempty"` // an MCP caller's owner key, if any
+	Created       time.Time   `json:"created"`
+	Closed        bool        `json:"closed,omitempty"`
+	CloseReason   string      `json:"close_reason,omitempty"`
 }
 
 // Hold is a user's hold on the session's queue of user prompts.

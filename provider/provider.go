@@ -157,3 +157,17 @@ func Collect(seq iter.Seq2[Event, error], observe func(Event)) (*chat.Response, 
 	}
 	return nil, &Error{Kind: ErrTruncated, Message: "stream ended before its final event"}
 }
+
+// IdentityHeaders returns request options, made with header, that tell the
+// server who is asking: X-Vigil-Session, X-Vigil-Agent (the agent's name)
+// and X-Vigil-Call (stable across a re-issue, usable as an idempotency
+// key). Fake servers in tests use them to play each agent's part.
+func IdentityHeaders[O any](req *Request, header func(k, v string) O) []O {
+	var out []O
+	for _, kv := range [][2]string{{"X-Vigil-Session", req.Session}, {"X-Vigil-Agent", req.AgentName}, {"X-Vigil-Call", req.CallID}} {
+		if kv[1] != "" {
+			out = append(out, header(kv[0], kv[1]))
+		}
+	}
+	return out
+}

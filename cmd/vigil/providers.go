@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 
+	"github.com/vigilrun/vigil/config"
 	"github.com/vigilrun/vigil/examples"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
@@ -18,45 +20,78 @@ type providerFlags struct {
 }
 
 func (f *providerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "provider", "", "model provider: script (default when no API key is set)")
-	fs.StringVar(&f.model, "model", "", "model name")
+	fs.StringVar(&f.name, "provider", "", "model provider: anthropic, openai, script, or one named in the config file\n(default: the config's, else anthropic when ANTHROPIC_API_KEY is set, else openai when OPENAI_API_KEY is set, else the scripted demo)")
+	fs.StringVar(&f.model, "model", "", "model name (default: the config's, else the provider's)")
 	fs.StringVar(&f.script, "script", "", "scenario file for the script provider (default: the built-in coordinator demo)")
 }
 
 // providerSet is what a command runs sessions with.
 type providerSet struct {
-	providers map[string]provider.Provider
-	name      string
-	note      string // told to the user, e.g. that the demo script is used
+	providers     map[string]provider.Provider
+	name          string // the default provider
+	model         string
+	subagentModel string
+	cfg           *config.Config
+	note          string // told to the user, e.g. that the demo script is used
 }
 
+// build reads the configuration and makes the providers: the chosen one,
+// every other configured one that has what it needs, and the script
+// provider.
 func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error) {
+	wd, _ := os.Getwd()
+	cfg, err := config.Load(config.Env(e.getenv), config.Files(config.Env(e.getenv), wd)...)
+	if err != nil {
+		return nil, err
+	}
+	set := &providerSet{providers: map[string]provider.Provider{}, cfg: cfg, model: cfg.Model, subagentModel: cfg.SubagentModel}
+	if f.model != "" {
+		set.model = f.model
+	}
 	name := f.name
-	if f.script != "" && name == "" {
+	if name == "" && f.script != "" {
 		name = "script"
+	}
+	if name == "" {
+		name = cfg.DefaultProvider()
 	}
 	if name == "" {
 		name = "script"
 	}
-	set := &providerSet{providers: map[string]provider.Provider{}, name: name}
-	switch name {
-	case "script":
-		var sc *script.Scenario
-		var err error
-		if f.script != "" {
-			sc, err = script.Load(f.script)
-		} else {
-			var b []byte
-			if b, err = examples.Files.ReadFile("coordinator.yaml"); err == nil {
-				sc, err = script.Parse(b)
-			}
+	set.name = name
+	// The script provider: a scenario file, or the built-in demo.
+	var sc *script.Scenario
+	if f.script != "" {
+		sc, err = script.Load(f.script)
+	} else {
+		var b []byte
+		if b, err = examples.Files.ReadFile("coordinator.yaml"); err == nil {
+			sc, err = script.Parse(b)
+		}
+		if name == "script" {
 			set.note = "(no API key and no --script: running the built-in coordinator scenario)"
 		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	set.providers["script"] = script.New(sc, &script.Options{Logger: logger})
+	if name != "script" {
+		p, err := cfg.Build(name, logger)
 		if err != nil {
 			return nil, err
 		}
-		set.providers["script"] = script.New(sc, &script.Options{Logger: logger})
-	default:
+		set.providers[name] = p
+	}
+	for _, other := range append(cfg.Names(), "anthropic", "openai") {
+		if _, done := set.providers[other]; done {
+			continue
+		}
+		if p, err := cfg.Build(other, logger); err == nil {
+			set.providers[other] = p
+		}
+	}
+	if _, ok := set.providers[name]; !ok {
 		return nil, fmt.Errorf("unknown provider %q", name)
 	}
 	return set, nil

@@ -78,8 +78,23 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if provs.note != "" && *format == "text" {
 		fmt.Fprintln(e.stdout, provs.note)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c := provs.cfg; c != nil {
+		// The config file's permissions apply unless a flag says otherwise.
+		if !set["permission-mode"] && c.PermissionMode != "" {
+			*mode = c.PermissionMode
+		}
+		if !set["allow"] {
+			allow = c.Allow
+		}
+		if !set["deny"] {
+			deny = c.Deny
+		}
+	}
 	sess, err := rt.CreateSession(ctx, vigil.SessionParams{
-		Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: pf.model, Cwd: *cwd,
+		Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
+		SubagentModel: provs.subagentModel, Cwd: *cwd,
 		Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
 	})
 	if err != nil {

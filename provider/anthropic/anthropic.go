@@ -155,7 +155,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 		}
 		p.retry.Run(ctx, p.name, req.CallID, p.log, func(n int) (*chat.Response, *provider.Failure, bool) {
 			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", n)
-			return p.attempt(ctx, params, yield)
+			return p.attempt(ctx, req, params, yield)
 		}, yield)
 	}
 }
@@ -166,9 +166,9 @@ func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, ret
 
 // attempt makes one request and reads its stream. It returns the response,
 // or the failure, or stopped when the consumer stopped the iteration.
-func (p *Provider) attempt(ctx context.Context, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
+func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
 	var res *http.Response
-	if err := p.messages.NewStreaming(ctx, params, option.WithResponseInto(&res)).Err(); err != nil {
+	if err := p.messages.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err(); err != nil {
 		if res != nil && res.StatusCode >= 400 {
 			return nil, p.httpFailure(res), false
 		}

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func envOf(m map[string]string) Env { return func(k string) string { return m[k] } }
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLayersAndEnvironment(t *testing.T) {
+	home, proj := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(home, ".config/vigil/config.yaml"), `
+provider: anthropic
+model: big
+subagent_model: small
+providers:
+  anthropic: {model: m1}
+  ollama: {kind: openai, base_url: "http://localhost:11434/v1", model: qwen}
+`)
+	write(t, filepath.Join(proj, ".vigil/config.yaml"), "model: project-model\nallow: [\"Bash(go test *)\"]\n")
+	env := envOf(map[string]string{"HOME": home, "ANTHROPIC_API_KEY": "sk-secret-123", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"})
+	c, err := Load(env, Files(env, proj)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Model != "project-model" || c.SubagentModel != "small" || c.Provider != "anthropic" || len(c.Allow) != 1 {
+		t.Fatalf("merged config: %+v", c)
+	}
+	if c.Providers["anthropic"].BaseURL != "http://127.0.0.1:9/" || !c.HasKey("anthropic") {
+		t.Fatalf("environment not applied: %+v", c.Providers["anthropic"])
+	}
+	if len(c.Sources) != 2 {
+		t.Fatalf("sources = %v", c.Sources)
+	}
+	for _, name := range []string{"anthropic", "ollama"} {
+		p, err := c.Build(name, nil)
+		if err != nil || p == nil {
+			t.Fatalf("build %s: %v", name, err)
+		}
+	}
+}
+
+func TestDefaultsAndErrors(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.DefaultProvider(); got != "" {
+		t.Fatalf("default without keys = %q", got)
+	}
+	_, err = c.Build("anthropic", nil)
+	if err == nil || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
+		t.Fatalf("missing key error = %v", err)
+	}
+	c, _ = Load(envOf(map[string]string{"OPENAI_API_KEY": "k"}))
+	if got := c.DefaultProvider(); got != "openai" {
+		t.Fatalf("default with an OpenAI key = %q", got)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "c.yaml")
+	write(t, bad, "providers: {x: {kind: nope}}")
+	if _, err := Load(envOf(nil), bad); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+	write(t, bad, "modle: typo")
+	if _, err := Load(envOf(nil), bad); err == nil {
+		t.Fatal("unknown field accepted")
+	}
+	write(t, bad, "")
+	if _, err := Load(envOf(nil), bad); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+}
+
+func TestKeyNeverInErrors(t *testing.T) {
+	c, _ := Load(envOf(map[string]string{"ANTHROPIC_API_KEY": "sk-very-secret"}))
+	_, err := c.Build("nope", nil)
+	if err == nil || strings.Contains(err.Error(), "sk-very-secret") {
+		t.Fatalf("err = %v", err)
+	}
+}
