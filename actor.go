@@ -38,6 +38,9 @@ type actor struct {
 	cancels map[string]context.CancelFunc
 	procs   map[core.TaskID]*shell.Process
 	started map[core.CallID]time.Time
+	// ext are the provider processes of external agents, each with a
+	// worker that runs its operations in order.
+	ext map[core.AgentID]*extProc
 
 	timer   Timer
 	timerAt time.Time
@@ -65,7 +68,7 @@ func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease)
 		rt: r, id: id, state: s, lease: lease,
 		reqs: make(chan request, queueSize), quit: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, cancels: map[string]context.CancelFunc{}, procs: map[core.TaskID]*shell.Process{},
-		started: map[core.CallID]time.Time{}, subs: newFanout(), msgWait: map[core.MsgID][]chan core.Msg{},
+		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(), msgWait: map[core.MsgID][]chan core.Msg{},
 	}
 }
 
@@ -123,6 +126,9 @@ func (a *actor) shutdown() {
 	}
 	a.quiet = nil
 	a.subs.closeAll()
+	for _, x := range a.ext {
+		x.stop()
+	}
 	if a.moved {
 		// The successor marks our processes interrupted; end them.
 		for _, p := range a.procs {
@@ -264,6 +270,11 @@ func (a *actor) forget(in core.Input) {
 		delete(a.procs, in.Task)
 	case core.Tick:
 		a.timerAt = time.Time{} // the timer fired; armTimer sets the next
+	case core.ProviderExited:
+		if x := a.ext[in.Agent]; x != nil && x.exited {
+			x.stop()
+			delete(a.ext, in.Agent)
+		}
 	}
 }
 
@@ -465,6 +476,17 @@ func (a *actor) renew() {
 
 // killStale ends processes a previous owner of the session left behind.
 func (a *actor) killStale() {
+	for _, id := range a.state.Order {
+		ag := a.state.Agents[id]
+		if ag.PID == 0 {
+			continue
+		}
+		if killed, err := shell.KillStale(ag.PID, ag.StartTicks); err != nil {
+			a.rt.log.Warn("could not check a stale provider process", "session", a.id, "agent", id, "pid", ag.PID, "err", err)
+		} else if killed {
+			a.rt.log.Warn("ended a provider process left by the previous vigil", "session", a.id, "agent", id, "pid", ag.PID)
+		}
+	}
 	for _, id := range a.state.TaskOrder {
 		t := a.state.Tasks[id]
 		if t.Kind != core.TaskShell || !t.Status.Live() || t.PID == 0 {

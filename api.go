@@ -52,7 +52,10 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	if p.Provider == "" {
 		p.Provider = r.opts.DefaultProvider
 	}
-	if _, ok := r.opts.Providers[p.Provider]; !ok {
+	driver := core.DriverLoop
+	if _, ok := r.opts.Drivers[p.Provider]; ok {
+		driver = core.DriverExternal
+	} else if _, ok := r.opts.Providers[p.Provider]; !ok {
 		return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
 	}
 	if p.Cwd != "" {
@@ -75,6 +78,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	out := r.core.Step(s, r.clock.Now(), core.CreateSession{
 		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: p.Permissions, Owner: p.Owner},
 		Prompt:  p.Prompt,
+		Driver:  driver,
 	})
 	if out.Err != nil {
 		return nil, out.Err

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-		"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/tool"
@@ -35,6 +35,16 @@ func (a *actor) startEffects(effects []core.Effect) {
 		case core.StopShell:
 			if p := a.procs[ef.Task]; p != nil {
 				go p.Stop()
+			}
+		case core.Deliver:
+			a.extFor(ef.Agent).deliver(ef)
+		case core.Interrupt:
+			if x := a.ext[ef.Agent]; x != nil {
+				x.do(func(p provider.SessionProcess) error { return p.Interrupt() })
+			}
+		case core.StopExternal:
+			if x := a.ext[ef.Agent]; x != nil {
+				x.do(func(p provider.SessionProcess) error { return p.StopTask(ef.Task) })
 			}
 		default:
 			a.rt.log.Error("unknown effect; ignored", "session", a.id, "effect", core.EffectName(ef))

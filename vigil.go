@@ -55,6 +55,9 @@ type Options struct {
 	// Providers are the model providers by name. A session names one; its
 	// subagents use the same unless they ask for another model.
 	Providers map[string]provider.Provider
+	// Drivers are the providers that run turns themselves in a process
+	// (Claude Code), by name. A session that names one is driven by it.
+	Drivers map[string]provider.SessionDriver
 	// DefaultProvider is used by sessions that name none.
 	DefaultProvider string
 	// DataDir holds task output files: DataDir/sessions/<id>/tasks/.

@@ -251,6 +251,22 @@ func (st *stepper) handle(in Input) {
 		st.recover(in)
 	case FinalizeRun:
 		st.finalizeRun(in)
+	case ExternalTurnStarted:
+		st.externalTurnStarted(in)
+	case ExternalMessage:
+		st.externalMessage(in)
+	case ExternalTurnEnded:
+		st.externalTurnEnded(in)
+	case ExternalTask:
+		st.externalTask(in)
+	case ProviderStarted:
+		st.providerStarted(in)
+	case ProviderExited:
+		if a, ok := st.externalAgent(in.Agent); ok {
+			st.providerExited(a, in.Reason)
+		} else {
+			st.drop("provider exit of "+string(in.Agent), "not-external", in.Reason)
+		}
 	default:
 		st.fail(CodeInvalid, "unknown input %T", in)
 	}
@@ -337,8 +353,13 @@ func (st *stepper) enqueue(a *Agent, it Item) {
 	}
 	st.emit(&ItemEnqueued{Item: it})
 	st.enqueued = append(st.enqueued, a.ID)
-	if it.Priority == PriorityNow && a.Run != nil && a.Run.Call != nil && !st.held(&it) && !st.ending[a.ID] {
-		st.interrupt(a)
+	if it.Priority == PriorityNow && a.Run != nil && !st.held(&it) && !st.ending[a.ID] {
+		switch {
+		case st.external(a):
+			st.effect(Interrupt{Agent: a.ID})
+		case a.Run.Call != nil:
+			st.interrupt(a)
+		}
 	}
 }
 
@@ -395,6 +416,9 @@ func (st *stepper) tryStart(a *Agent) {
 	if st.s.Session.Closed || a.Run != nil || a.State != AgentIdle {
 		return
 	}
+	if a.Driver == DriverExternal && a.Owner != "" {
+		return // a mirrored subagent: its provider process runs it
+	}
 	if items := st.takeable(a); len(items) > 0 {
 		st.startRun(a, items)
 	}
@@ -414,6 +438,10 @@ func (st *stepper) startRun(a *Agent, items []*Item) {
 	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids, Notes: notes})
 	st.releaseGatesOf(a, items)
 	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
+	if st.external(a) {
+		st.deliver(a, items)
+		return
+	}
 	st.beginRound(a)
 }
 
@@ -639,7 +667,7 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 			st.effect(CancelCall{Agent: a.ID, Call: c.ID})
 		}
 	}
-	if uses := st.unansweredUses(a); len(uses) > 0 {
+	if uses := st.unansweredUses(a); len(uses) > 0 && !st.external(a) {
 		for _, tc := range slices.Clone(r.Tools) {
 			if tc.Done {
 				continue

@@ -23,16 +23,21 @@ type harness struct {
 	order  []CallID
 	tools  []ExecTool
 	shells []StartShell
+	// onEffect sees every effect, when set.
+	onEffect func(Effect)
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
-	h := &harness{t: t, c: New(cfg), s: NewState(), now: time.Unix(1_800_000_000, 0).UTC(), calls: map[CallID]CallModel{}}
+	h := &harness{t: t, c: New(cfg), s: NewState(), calls: map[CallID]CallModel{}}
 	h.step(CreateSession{Session: Session{ID: "s1", Permissions: Permissions{Mode: PermBypass}}})
 	return h
 }
 
 func (h *harness) step(in Input) Output {
 	h.t.Helper()
+	if h.now.IsZero() {
+		h.now = time.Unix(1_800_000_000, 0).UTC()
+	}
 	h.now = h.now.Add(time.Millisecond)
 	out := h.c.Step(h.s, h.now, in)
 	if out.Err != nil {
@@ -40,6 +45,9 @@ func (h *harness) step(in Input) Output {
 	}
 	h.events = append(h.events, out.Events...)
 	for _, e := range out.Effects {
+		if h.onEffect != nil {
+			h.onEffect(e)
+		}
 		switch e := e.(type) {
 		case CallModel:
 			h.calls[e.Call] = e

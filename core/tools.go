@@ -179,12 +179,16 @@ func (st *stepper) send(from, to string, text string, p Priority, senderCall str
 	case len(target.Inbox) >= st.cfg.MaxInbox:
 		return reject(fmt.Sprintf("agent %s's inbox is full (%d items)", target.Name, st.cfg.MaxInbox))
 	}
+	if target.Driver == DriverExternal && target.Owner != "" {
+		return reject(fmt.Sprintf("%s is a subagent inside a provider process; message %s instead", target.Name, st.s.Agents[MainAgent].Name))
+	}
 	m.To = target.ID
 	r := target.Run
 	switch {
 	case r == nil:
 		m.Outcome, m.Run = OutcomeResumed, len(target.Runs)+1
-	case p == PriorityLater:
+	case p == PriorityLater, target.Driver == DriverExternal:
+		// A provider process takes items only between its turns.
 		m.Outcome, m.Run = OutcomeQueuedBehindStop, r.Seq
 	case p == PriorityNow, r.Call == nil:
 		m.Outcome, m.Run = OutcomeJoined, r.Seq
@@ -234,6 +238,9 @@ func (st *stepper) toolTaskStop(a *Agent, tc ToolCall) {
 // stop stops a task: kills a shell process group, or cancels an agent
 // task's current run.
 func (st *stepper) stop(t *Task, by string) error {
+	if t.External != "" {
+		return st.stopExternal(t, by)
+	}
 	switch t.Kind {
 	case TaskShell:
 		if !t.Status.Live() {
@@ -709,8 +716,13 @@ func (st *stepper) recover(in Recover) {
 		st.endShell(t, status, nil, "", "the process ended with the previous vigil process")
 	}
 	for _, id := range st.s.Order {
+		if a := st.s.Agents[id]; a.Driver == DriverExternal && a.Owner == "" {
+			st.providerExited(a, "vigil restarted; the process ended with the previous vigil process")
+		}
+	}
+	for _, id := range st.s.Order {
 		a := st.s.Agents[id]
-		if a.Run == nil {
+		if a.Run == nil || a.Driver == DriverExternal {
 			continue
 		}
 		if c := a.Run.Call; c != nil && c.State != CallWaitingSlot {

@@ -215,6 +215,11 @@ type Agent struct {
 	Runs       []RunSummary   `json:"runs,omitempty"`
 	Gate       *Gate          `json:"gate,omitempty"`
 	Usage      chat.Usage     `json:"usage"`
+	// ExternalSession, PID and StartTicks identify the provider process of
+	// an agent with DriverExternal and the provider's session to resume.
+	ExternalSession string `json:"external_session,omitempty"`
+	PID             int    `json:"pid,omitempty"`
+	StartTicks      uint64 `json:"start_ticks,omitempty"`
 	// Notified is the boolean flag of the 000 report. Only the injected
 	// notified-flag bug reads or writes it.
 	Notified bool `json:"notified,omitempty"`

@@ -1,0 +1,454 @@
+package core
+
+import (
+	"strings"
+	"time"
+
+	"github.com/vigilrun/vigil/chat"
+)
+
+// An agent with DriverExternal is run by a provider process (the Claude
+// Code CLI) that runs its own turns, its own subagents and its own
+// background shell tasks. vigil delivers inbox items to it at run
+// boundaries and records what it reports, as it happens:
+//
+//   - a turn the process starts on its own is recorded at once as a run of
+//     kind provider-wake: never queued, never behind a gate;
+//   - its subagents and background commands are mirrored as tasks (and
+//     subagents as agents) owned by the agent; each mirrored run that ends
+//     gets its notification under its own key, delivered by the process;
+//   - when the process exits, every mirrored task that had not ended ends
+//     lost, with a notification in the agent's inbox (DESIGN rule 7).
+
+// ExternalTurnStarted says the provider process began a turn of Agent.
+type ExternalTurnStarted struct {
+	Agent AgentID
+	// Session is the provider's own session id, for resuming it later.
+	Session string
+}
+
+// ExternalMessage is a message the provider process produced or consumed
+// in a turn: assistant output, tool calls and their results. Mirror, when
+// set, is the provider's id of the subagent it belongs to.
+type ExternalMessage struct {
+	Agent   AgentID
+	Mirror  string
+	Message chat.Message
+}
+
+// ExternalTurnEnded says the provider process finished a turn.
+type ExternalTurnEnded struct {
+	Agent    AgentID
+	Result   string
+	IsError  bool
+	Usage    chat.Usage
+	NumTurns int
+	// Wake is set when the provider says the turn answered its own
+	// background work (a task notification).
+	Wake bool
+}
+
+// ExternalTask mirrors a subagent or background command of the provider
+// process. Notify marks the provider's notification of a finished run:
+// only it ends a mirrored run and writes the notification.
+type ExternalTask struct {
+	Agent       AgentID
+	ID          string // the provider's task id
+	Kind        TaskKind
+	Owner       string // the provider's id of the owning subagent, if not the agent itself
+	Description string
+	Prompt      string
+	Status      string // running, completed, failed, killed, stopped
+	OutputPath  string
+	Summary     string
+	Usage       chat.Usage
+	Notify      bool
+}
+
+// ProviderStarted records the provider process of an agent.
+type ProviderStarted struct {
+	Agent      AgentID
+	PID        int
+	StartTicks uint64
+}
+
+// ProviderExited says the provider process of an agent ended, after every
+// frame it sent was applied.
+type ProviderExited struct {
+	Agent  AgentID
+	Reason string
+}
+
+func (ExternalTurnStarted) inputName() string { return "external-turn-started" }
+func (ExternalMessage) inputName() string     { return "external-message" }
+func (ExternalTurnEnded) inputName() string   { return "external-turn-ended" }
+func (ExternalTask) inputName() string        { return "external-task" }
+func (ProviderStarted) inputName() string     { return "provider-started" }
+func (ProviderExited) inputName() string      { return "provider-exited" }
+
+// Deliver asks the runtime to hand a run's items to the agent's provider
+// process (starting it, or resuming Resume, when it is not running).
+type Deliver struct {
+	Agent    AgentID
+	Run      int
+	Text     string
+	Priority Priority
+	Resume   string
+	Model    string
+	Provider string
+}
+
+// Interrupt asks the provider process to end its current turn now.
+type Interrupt struct {
+	Agent AgentID
+}
+
+// StopExternal asks the provider process to stop one of its tasks.
+type StopExternal struct {
+	Agent AgentID
+	Task  string // the provider's task id
+}
+
+func (Deliver) effectName() string      { return "deliver" }
+func (Interrupt) effectName() string    { return "interrupt" }
+func (StopExternal) effectName() string { return "stop-external" }
+
+// ProcessRecorded records an agent's provider process and session.
+type ProcessRecorded struct {
+	Agent      AgentID `json:"agent"`
+	PID        int     `json:"pid"`
+	StartTicks uint64  `json:"start_ticks,omitempty"`
+	Session    string  `json:"session,omitempty"`
+}
+
+func (*ProcessRecorded) Type() string { return "provider.process" }
+func (e *ProcessRecorded) apply(s *State, _ time.Time) {
+	a := s.Agents[e.Agent]
+	if e.PID >= 0 {
+		a.PID, a.StartTicks = e.PID, e.StartTicks
+	}
+	if e.Session != "" {
+		a.ExternalSession = e.Session
+	}
+}
+
+func init() { register(func() Body { return &ProcessRecorded{} }) }
+
+func (st *stepper) external(a *Agent) bool { return a != nil && a.Driver == DriverExternal }
+
+// deliver starts an external agent's run: its items go to the process.
+func (st *stepper) deliver(a *Agent, items []*Item) {
+	var parts []string
+	prio := PriorityNext
+	for _, it := range items {
+		parts = append(parts, RenderItem(st.s, it))
+		if it.Priority == PriorityNow {
+			prio = PriorityNow
+		}
+	}
+	model := a.Model
+	if model == "" {
+		model = st.s.Session.Model
+	}
+	st.effect(Deliver{Agent: a.ID, Run: a.Run.Seq, Text: strings.Join(parts, "\n\n"), Priority: prio, Resume: a.ExternalSession, Model: model, Provider: st.s.Session.Provider})
+}
+
+func (st *stepper) externalAgent(id AgentID) (*Agent, bool) {
+	a := st.s.Agents[id]
+	if a == nil || a.Driver != DriverExternal || a.Owner != "" {
+		return nil, false
+	}
+	return a, true
+}
+
+func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
+	a, ok := st.externalAgent(in.Agent)
+	if !ok {
+		st.drop("provider turn of "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		return
+	}
+	if in.Session != "" && in.Session != a.ExternalSession {
+		st.emit(&ProcessRecorded{Agent: a.ID, PID: -1, Session: in.Session})
+	}
+	if a.Run == nil && a.State != AgentClosed {
+		// The process began a turn on its own: record it at once.
+		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
+	}
+}
+
+// mirror returns the agent an external message or task belongs to.
+func (st *stepper) mirror(a *Agent, external string) *Agent {
+	if external == "" {
+		return a
+	}
+	for _, id := range st.s.TaskOrder {
+		if t := st.s.Tasks[id]; t.External == external && t.Kind == TaskAgent {
+			return st.s.Agents[t.Agent]
+		}
+	}
+	return nil
+}
+
+func (st *stepper) externalMessage(in ExternalMessage) {
+	a, ok := st.externalAgent(in.Agent)
+	if !ok {
+		st.drop("provider message for "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		return
+	}
+	target := st.mirror(a, in.Mirror)
+	if target == nil {
+		// A subagent we have not seen start: mirror it now.
+		target = st.mirrorAgent(a, ExternalTask{Agent: a.ID, ID: in.Mirror, Kind: TaskAgent, Status: "running", Description: "subagent " + in.Mirror})
+	}
+	if target.Run == nil && target.State != AgentClosed {
+		kind := RunProviderWake
+		if target != a {
+			kind = RunKind(KindSpawn)
+		}
+		st.emit(&RunStarted{Agent: target.ID, Seq: len(target.Runs) + 1, Kind: kind})
+	}
+	st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
+}
+
+func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
+	a, ok := st.externalAgent(in.Agent)
+	if !ok {
+		st.drop("provider result for "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		return
+	}
+	if a.Run == nil {
+		if in.NumTurns == 0 && in.Result == "" {
+			return // an empty result the process sends before a wake turn
+		}
+		// A turn we saw no start of: record it whole.
+		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
+	}
+	if in.Usage != (chat.Usage{}) {
+		st.emit(&ModelCallEnded{Agent: a.ID, Call: "", Outcome: "completed", Usage: in.Usage})
+	}
+	if in.IsError {
+		st.endRun(a, RunFailed, "", in.Result)
+		return
+	}
+	st.endRun(a, RunCompleted, in.Result, "")
+}
+
+// mirrorAgent creates the vigil agent and task that mirror a provider
+// subagent, owned by a (or by the mirrored subagent that started it).
+func (st *stepper) mirrorAgent(a *Agent, in ExternalTask) *Agent {
+	owner := a
+	if in.Owner != "" {
+		if o := st.mirror(a, in.Owner); o != nil {
+			owner = o
+		}
+	}
+	id := AgentID("a" + itoa(st.s.Counters.Agent+1))
+	taskID := TaskID("t" + itoa(st.s.Counters.Task+1))
+	desc := in.Description
+	if desc == "" {
+		desc = firstLine(in.Prompt, 60)
+	}
+	name := "cc-" + in.ID
+	st.emit(&AgentCreated{Agent: Agent{
+		ID: id, Name: name, Description: desc, Owner: owner.ID, Task: taskID, Depth: owner.Depth + 1,
+		Model: a.Model, Provider: a.Provider, Driver: DriverExternal,
+	}})
+	st.emit(&TaskStarted{Task: Task{
+		ID: taskID, Kind: TaskAgent, Owner: owner.ID, Agent: id, Description: desc, Background: true,
+		Status: TaskIdle, External: in.ID, OutputPath: in.OutputPath, Incarnation: st.s.Incarnation,
+	}})
+	return st.s.Agents[id]
+}
+
+func (st *stepper) externalTask(in ExternalTask) {
+	a, ok := st.externalAgent(in.Agent)
+	if !ok {
+		st.drop("provider task "+in.ID, "not-external", "the agent is not driven by a provider process")
+		return
+	}
+	var t *Task
+	for _, id := range st.s.TaskOrder {
+		if x := st.s.Tasks[id]; x.External == in.ID {
+			t = x
+		}
+	}
+	running := in.Status == "running" || in.Status == "pending" || in.Status == ""
+	if in.Kind == TaskShell {
+		if t == nil {
+			owner := a
+			if in.Owner != "" {
+				if o := st.mirror(a, in.Owner); o != nil {
+					owner = o
+				}
+			}
+			id := TaskID("t" + itoa(st.s.Counters.Task+1))
+			desc := in.Description
+			st.emit(&TaskStarted{Task: Task{
+				ID: id, Kind: TaskShell, Owner: owner.ID, Description: desc, Command: desc, Background: true,
+				Status: TaskRunning, External: in.ID, OutputPath: in.OutputPath, Incarnation: st.s.Incarnation,
+			}})
+			t = st.s.Tasks[id]
+		}
+		if running || !t.Status.Live() || !in.Notify {
+			return
+		}
+		status := externalStatus(in.Status)
+		st.emit(&TaskUpdated{Task: t.ID, Status: status, OutputTail: in.Summary, Ended: true})
+		st.writeExternalNote(t, NoteKey{Task: t.ID}, string(status), in.Summary, in.Usage, DeliverProvider)
+		return
+	}
+	var m *Agent
+	if t == nil {
+		m = st.mirrorAgent(a, in)
+	} else {
+		m = st.s.Agents[t.Agent]
+	}
+	if running {
+		if m.Run == nil && m.State != AgentClosed {
+			st.emit(&RunStarted{Agent: m.ID, Seq: len(m.Runs) + 1, Kind: RunKind(KindSpawn)})
+		}
+		return
+	}
+	if !in.Notify || m.Run == nil {
+		return // a status update; the provider's notification ends the run
+	}
+	st.endMirrorRun(m, externalStatus(in.Status), in.Summary, in.Usage, DeliverProvider)
+}
+
+// endMirrorRun ends a mirrored subagent's run and writes its notification.
+func (st *stepper) endMirrorRun(m *Agent, status TaskStatus, summary string, usage chat.Usage, d Delivery) {
+	rs := RunCompleted
+	switch status {
+	case TaskFailed:
+		rs = RunFailed
+	case TaskStopped:
+		rs = RunCancelled
+	case TaskLost, TaskInterrupted:
+		rs = RunInterrupted
+	}
+	if usage != (chat.Usage{}) {
+		st.emit(&ModelCallEnded{Agent: m.ID, Outcome: "completed", Usage: usage})
+	}
+	st.emit(&RunEnded{Agent: m.ID, Seq: m.Run.Seq, Status: rs, Reply: summary})
+	sum := m.Runs[len(m.Runs)-1]
+	t := st.s.Tasks[m.Task]
+	st.writeExternalNote(t, NoteKey{Task: t.ID, Run: sum.Seq}, string(status), summary, usage, d)
+	if status == TaskLost {
+		st.emit(&TaskUpdated{Task: t.ID, Status: TaskLost, Ended: true})
+	}
+}
+
+// writeExternalNote records a mirrored task's notification. The provider
+// delivers it to its own agent (DeliverProvider) unless the process is
+// gone: then it goes to the owner's inbox.
+func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary string, usage chat.Usage, d Delivery) {
+	if st.s.Note(key) != nil {
+		st.drop("notification "+key.String(), "duplicate-notification", "a notification with this key exists; the write is a no-op")
+		return
+	}
+	n := Note{Key: key, Owner: t.Owner, Agent: t.Agent, Kind: t.Kind, Status: status, Reply: summary, Output: summary,
+		OutputPath: t.OutputPath, Usage: usage, Duration: st.now.Sub(t.Started), Delivery: d}
+	if ag := st.s.Agents[t.Agent]; ag != nil {
+		n.AgentName = ag.Name
+	}
+	if d == DeliverProvider {
+		st.emit(&NotificationWritten{Note: n})
+		return
+	}
+	// The process is gone: the agent that owns the process hears of it.
+	n.Owner = st.root(t.Owner)
+	st.deliverNote(n)
+}
+
+// root returns the agent at the top of id's owner chain.
+func (st *stepper) root(id AgentID) AgentID {
+	for a := st.s.Agents[id]; a != nil; a = st.s.Agents[a.Owner] {
+		if a.Owner == "" {
+			return a.ID
+		}
+	}
+	return id
+}
+
+func externalStatus(s string) TaskStatus {
+	switch s {
+	case "completed", "success":
+		return TaskCompleted
+	case "failed", "error":
+		return TaskFailed
+	case "killed", "stopped", "cancelled":
+		return TaskStopped
+	case "lost":
+		return TaskLost
+	}
+	return TaskStatus(s)
+}
+
+func (st *stepper) providerStarted(in ProviderStarted) {
+	a, ok := st.externalAgent(in.Agent)
+	if !ok {
+		st.drop("provider process of "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		return
+	}
+	st.emit(&ProcessRecorded{Agent: a.ID, PID: in.PID, StartTicks: in.StartTicks})
+}
+
+// providerExited ends everything that depended on the process (rule 7):
+// mirrored runs and tasks end lost with a notification in their owner's
+// inbox, the agent's own run ends interrupted.
+func (st *stepper) providerExited(a *Agent, reason string) {
+	why := "the provider process exited"
+	if reason != "" {
+		why += ": " + reason
+	}
+	for _, id := range st.s.TaskOrder {
+		t := st.s.Tasks[id]
+		if t.External == "" || !st.ownedBy(t, a) {
+			continue
+		}
+		switch t.Kind {
+		case TaskShell:
+			if t.Status.Live() {
+				st.emit(&TaskUpdated{Task: t.ID, Status: TaskLost, Ended: true})
+				st.writeExternalNote(t, NoteKey{Task: t.ID}, string(TaskLost), why, chat.Usage{}, DeliverInbox)
+			}
+		case TaskAgent:
+			if m := st.s.Agents[t.Agent]; m != nil && m.Run != nil {
+				st.endMirrorRun(m, TaskLost, why, chat.Usage{}, DeliverInbox)
+			}
+		}
+	}
+	if a.Run != nil {
+		st.endRun(a, RunInterrupted, "", why)
+	}
+	if a.PID != 0 {
+		st.emit(&ProcessRecorded{Agent: a.ID, PID: 0})
+	}
+}
+
+// ownedBy reports whether t belongs to a or to one of a's mirrored
+// subagents.
+func (st *stepper) ownedBy(t *Task, a *Agent) bool {
+	for o := st.s.Agents[t.Owner]; o != nil; o = st.s.Agents[o.Owner] {
+		if o.ID == a.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func (st *stepper) stopExternal(t *Task, by string) error {
+	root := st.s.Agents[st.root(t.Owner)]
+	if root == nil {
+		return errorf(CodeNotFound, "task %s has no provider process", t.ID)
+	}
+	if t.Kind == TaskShell && !t.Status.Live() {
+		return errorf(CodeConflict, "task %s already ended (%s)", t.ID, t.Status)
+	}
+	st.effect(StopExternal{Agent: root.ID, Task: t.External})
+	return nil
+}
+
+// DeliverProvider: the provider process delivers the notification to its
+// own agent.
+const DeliverProvider Delivery = "provider"
