@@ -34,6 +34,10 @@ type SessionParams struct {
 	Permissions core.Permissions
 	// Owner is an opaque key of who created the session (an MCP caller).
 	Owner string
+	// Caller makes the main agent an outside caller: it never runs a model;
+	// its notifications wait in its inbox until acknowledged (Ack). Use
+	// Spawn to start its agents.
+	Caller bool
 }
 
 // CreateSession creates a session, commits it and starts it.
@@ -53,7 +57,12 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 		p.Provider = r.opts.DefaultProvider
 	}
 	driver := core.DriverLoop
-	if _, ok := r.opts.Drivers[p.Provider]; ok {
+	if p.Caller {
+		driver = core.DriverCaller
+		if _, ok := r.opts.Providers[p.Provider]; !ok {
+			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
+		}
+	} else if _, ok := r.opts.Drivers[p.Provider]; ok {
 		driver = core.DriverExternal
 	} else if _, ok := r.opts.Providers[p.Provider]; !ok {
 		return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
@@ -152,6 +161,34 @@ func (r *Runtime) Message(ctx context.Context, session, to, text string, p core.
 	case <-a.done:
 		return m, ErrClosed
 	}
+}
+
+// SpawnParams describes a background agent started from outside.
+type SpawnParams struct {
+	Name, Description, Prompt, Model, Provider string
+}
+
+// Spawn starts a background agent owned by the session's main agent and
+// returns its agent and task ids.
+func (r *Runtime) Spawn(ctx context.Context, session string, p SpawnParams) (core.AgentID, core.TaskID, error) {
+	if p.Provider != "" {
+		if _, ok := r.opts.Providers[p.Provider]; !ok {
+			return "", "", &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
+		}
+	}
+	out, err := r.do(ctx, session, core.SpawnAgent{Name: p.Name, Description: p.Description, Prompt: p.Prompt, Model: p.Model, Provider: p.Provider})
+	return out.Agent, out.Task, err
+}
+
+// Ack acknowledges items of a caller's inbox: they are delivered and leave
+// it. Acknowledging an item twice is harmless.
+func (r *Runtime) Ack(ctx context.Context, session string, items []string) error {
+	ids := make([]core.ItemID, len(items))
+	for i, it := range items {
+		ids[i] = core.ItemID(it)
+	}
+	_, err := r.do(ctx, session, core.CallerAck{Agent: core.MainAgent, Items: ids})
+	return err
 }
 
 // Hold holds the session's queue of user prompts. Nothing else is held.

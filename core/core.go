@@ -95,6 +95,9 @@ type Output struct {
 	Msg *Msg
 	// Item is the id of the item a UserPrompt queued.
 	Item ItemID
+	// Agent and Task are the subagent and task a SpawnAgent started.
+	Agent AgentID
+	Task  TaskID
 }
 
 // ErrorCode classifies a refused input.
@@ -251,6 +254,10 @@ func (st *stepper) handle(in Input) {
 		st.recover(in)
 	case FinalizeRun:
 		st.finalizeRun(in)
+	case SpawnAgent:
+		st.spawnAgent(in)
+	case CallerAck:
+		st.callerAck(in)
 	case ExternalTurnStarted:
 		st.externalTurnStarted(in)
 	case ExternalMessage:
@@ -418,6 +425,9 @@ func (st *stepper) tryStart(a *Agent) {
 	}
 	if a.Driver == DriverExternal && a.Owner != "" {
 		return // a mirrored subagent: its provider process runs it
+	}
+	if a.Driver == DriverCaller {
+		return // an outside caller takes its items with CallerAck
 	}
 	if items := st.takeable(a); len(items) > 0 {
 		st.startRun(a, items)

@@ -61,6 +61,10 @@ func agentStatus(s *State, a *Agent) InboxStatus {
 		st.Reason = fmt.Sprintf("user prompts held by %s since %s", holdBy(s.Hold), s.Hold.Since.UTC().Format(time.RFC3339))
 		st.ClearsOn = "resume of the user queue"
 		return st
+	case a.Driver == DriverCaller:
+		st.Reason = "waiting for the outside caller to read them (MCP wait)"
+		st.ClearsOn = "the caller's wait and acknowledgement"
+		return st
 	case a.Run == nil:
 		st.Reason = "no blocker: an idle agent with items it may take (a missed wake)"
 		return st

@@ -182,6 +182,15 @@ func (st *stepper) send(from, to string, text string, p Priority, senderCall str
 	if target.Driver == DriverExternal && target.Owner != "" {
 		return reject(fmt.Sprintf("%s is a subagent inside a provider process; message %s instead", target.Name, st.s.Agents[MainAgent].Name))
 	}
+	if target.Driver == DriverCaller {
+		// A message to an outside caller waits in its inbox for its next
+		// wait; it is never a run of ours.
+		m.To = target.ID
+		m.Outcome, m.Reason = OutcomeJoined, "queued for the caller's next wait"
+		st.emit(&MessageSent{Msg: m})
+		st.enqueue(target, Item{Kind: KindMessage, Priority: p, From: from, Msg: m.ID, Text: text})
+		return st.s.Msgs[m.ID]
+	}
 	m.To = target.ID
 	r := target.Run
 	switch {
