@@ -22,7 +22,10 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 func openScript(t *testing.T, path string) (*Runtime, *memstore.Store) {
 	t.Helper()

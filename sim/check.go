@@ -11,19 +11,19 @@ import (
 // from committed events and the state — never from the core's own
 // bookkeeping of the same facts.
 type checker struct {
-	w      *world
-	notes  map[string]int // notifications written, by key
-	items  map[core.ItemID]*itemInfo
-	runs   map[string]*runInfo
-	gates  map[core.AgentID]int
-	wakes  []string
-	woken  map[string]core.AgentID // accepted wakes
+	w     *world
+	notes map[string]int // notifications written, by key
+	items map[core.ItemID]*itemInfo
+	runs  map[string]*runInfo
+	gates map[core.AgentID]int
+	wakes []string
+	woken map[string]core.AgentID // accepted wakes
 	// cur is each agent's current run, from the events.
 	cur map[core.AgentID]int
 	// cancelled wakes: a person cancelled their continuation.
 	cancelled map[string]bool
-	idx    int
-	msgSet map[core.MsgID]bool
+	idx       int
+	msgSet    map[core.MsgID]bool
 }
 
 type itemInfo struct {
