@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/vigilrun/vigil/permission"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/transcript"
 )
 
 func decodeState(b []byte, s *core.State) error { return json.Unmarshal(b, s) }
@@ -368,4 +370,50 @@ func (r *Runtime) TaskOutput(ctx context.Context, session, task string, offset, 
 		return nil, offset, nil
 	}
 	return data, next, err
+}
+
+// Events reads a session's committed events with Seq > after, from the
+// store, in order.
+func (r *Runtime) Events(ctx context.Context, session string, after int64) ([]core.Event, error) {
+	var out []core.Event
+	for {
+		recs, err := r.st.EventList(ctx, &store.EventListParams{Session: session, AfterSeq: after, Limit: 5000})
+		if err != nil {
+			return nil, fmt.Errorf("read events of %s: %w", session, err)
+		}
+		for _, rec := range recs {
+			e, err := DecodeEvent(rec)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+			after = rec.Seq
+		}
+		if len(recs) < 5000 {
+			return out, nil
+		}
+	}
+}
+
+// Transcript writes an agent's transcript (every agent's when agent is
+// empty) as JSONL: messages, tool calls and results, notifications and
+// inbox operations, with timestamps.
+func (r *Runtime) Transcript(ctx context.Context, session, agent string, w io.Writer) error {
+	evs, err := r.Events(ctx, session, 0)
+	if err != nil {
+		return err
+	}
+	if len(evs) == 0 {
+		return fmt.Errorf("session %s: %w", session, ErrNoSession)
+	}
+	id := core.AgentID(agent)
+	if agent != "" {
+		s := core.Replay(evs)
+		a := s.Agent(agent)
+		if a == nil {
+			return &core.Error{Code: core.CodeNotFound, Message: fmt.Sprintf("no agent %q", agent)}
+		}
+		id = a.ID
+	}
+	return transcript.Write(w, evs, id)
 }

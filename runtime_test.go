@@ -2,6 +2,7 @@ package vigil
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -114,5 +115,43 @@ func TestCoordinatorScenario(t *testing.T) {
 			t.Errorf("main's last reply = %q", last.Reply)
 		}
 		_ = time.Second
+	})
+}
+
+func TestTranscriptJSONL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _ := openScript(t, "examples/coordinator.yaml")
+		ctx := context.Background()
+		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+		var b strings.Builder
+		must(t, rt.Transcript(ctx, string(sess.ID), "w2", &b))
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		var ops []string
+		for _, l := range lines {
+			var x struct {
+				Type, Operation, Kind, Agent, Content string
+				At                                     time.Time `json:"timestamp"`
+			}
+			if err := json.Unmarshal([]byte(l), &x); err != nil {
+				t.Fatalf("bad line %q: %v", l, err)
+			}
+			if x.Agent != "a2" || x.At.IsZero() {
+				t.Fatalf("line of another agent or without a time: %s", l)
+			}
+			ops = append(ops, x.Type+":"+x.Operation+":"+x.Kind)
+		}
+		got := strings.Join(ops, " ")
+		for _, want := range []string{
+			"queue-operation:enqueue:spawn", "queue-operation:dequeue:spawn", "run:start:spawn", "assistant::", "run:end:",
+			"queue-operation:enqueue:message", "queue-operation:dequeue:message", "message::",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("transcript lacks %s:\n%s", want, got)
+			}
+		}
 	})
 }
