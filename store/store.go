@@ -62,7 +62,7 @@ type LeaseAcquireParams struct {
 	Owner   string
 	TTL     time.Duration
 	// Now is the caller's clock reading; the lease expires at Now+TTL and a
-	// lease of another owner is free when its Expires is before Now.
+	// lease of another owner is free once its Expires is not after Now.
 	Now time.Time
 }
 
@@ -149,7 +149,9 @@ type Store interface {
 
 	// EventAppend appends records whose Seq continue the session's log
 	// (ErrConflict otherwise) and upserts the projection, atomically,
-	// fenced by Epoch (ErrFenced).
+	// fenced by Epoch (ErrFenced; a session without a lease cannot be
+	// written). After ErrUnavailable the outcome may be unknown (a lost
+	// COMMIT): read LastSeq before writing again.
 	EventAppend(ctx context.Context, p *EventAppendParams) (*AppendResult, error)
 	// EventList returns a session's records with Seq > AfterSeq in order.
 	EventList(ctx context.Context, p *EventListParams) ([]Record, error)

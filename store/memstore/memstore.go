@@ -4,6 +4,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -49,9 +50,9 @@ func (m *Store) FailWrites(err error) {
 	m.fail = err
 }
 
-func (m *Store) check() error {
+func (m *Store) check(op string) error {
 	if m.closed {
-		return store.ErrClosed
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	}
 	return nil
 }
@@ -60,7 +61,7 @@ func (m *Store) check() error {
 func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("acquire lease"); err != nil {
 		return nil, err
 	}
 	l, ok := m.leases[p.Session]
@@ -76,7 +77,7 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("renew lease"); err != nil {
 		return nil, err
 	}
 	l := m.leases[p.Session]
@@ -92,7 +93,7 @@ func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store
 func (m *Store) LeaseRelease(_ context.Context, p *store.LeaseReleaseParams) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("release lease"); err != nil {
 		return err
 	}
 	if l := m.leases[p.Session]; l.Owner == p.Owner && l.Epoch == p.Epoch {
@@ -107,13 +108,13 @@ func (m *Store) LeaseRelease(_ context.Context, p *store.LeaseReleaseParams) err
 func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("append"); err != nil {
 		return nil, err
 	}
 	if m.fail != nil {
 		return nil, fmt.Errorf("append to %s: %w", p.Session, m.fail)
 	}
-	if l := m.leases[p.Session]; l.Epoch != p.Epoch {
+	if l := m.leases[p.Session]; l.Epoch == 0 || l.Epoch != p.Epoch {
 		return nil, fmt.Errorf("append to %s at epoch %d (lease epoch %d): %w", p.Session, p.Epoch, l.Epoch, store.ErrFenced)
 	}
 	last := int64(0)
@@ -150,7 +151,7 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 		m.items[sess] = map[string]store.ItemRow{}
 	}
 	for _, r := range pr.Runs {
-		m.runs[sess][fmt.Sprintf("%s/%09d", r.Agent, r.Seq)] = r
+		m.runs[sess][fmt.Sprintf("%s/%d", r.Agent, r.Seq)] = r
 	}
 	for _, t := range pr.Tasks {
 		i := slices.IndexFunc(m.tasks[sess], func(x store.TaskRow) bool { return x.ID == t.ID })
@@ -162,7 +163,10 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 	}
 	for _, it := range pr.Items {
 		if it.StatusOnly {
-			old := m.items[sess][it.ID]
+			old, ok := m.items[sess][it.ID]
+			if !ok {
+				continue
+			}
 			old.Status, old.Run = it.Status, it.Run
 			m.items[sess][it.ID] = old
 			continue
@@ -186,7 +190,7 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 func (m *Store) EventList(_ context.Context, p *store.EventListParams) ([]store.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list events"); err != nil {
 		return nil, err
 	}
 	evs := m.events[p.Session]
@@ -195,14 +199,14 @@ func (m *Store) EventList(_ context.Context, p *store.EventListParams) ([]store.
 	if p.Limit > 0 && len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
-	return slices.Clone(out), nil
+	return cloneRecords(out), nil
 }
 
 // EventListAll implements store.Store.
 func (m *Store) EventListAll(_ context.Context, p *store.EventListAllParams) ([]store.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list all events"); err != nil {
 		return nil, err
 	}
 	i := sort.Search(len(m.all), func(i int) bool { return m.all[i].Global > p.AfterGlobal })
@@ -210,14 +214,23 @@ func (m *Store) EventListAll(_ context.Context, p *store.EventListAllParams) ([]
 	if p.Limit > 0 && len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
-	return slices.Clone(out), nil
+	return cloneRecords(out), nil
+}
+
+// cloneRecords copies records so callers cannot change the store's.
+func cloneRecords(rs []store.Record) []store.Record {
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].Data = slices.Clone(out[i].Data)
+	}
+	return out
 }
 
 // LastSeq implements store.Store.
 func (m *Store) LastSeq(_ context.Context, session string) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("last seq"); err != nil {
 		return 0, err
 	}
 	evs := m.events[session]
@@ -231,13 +244,13 @@ func (m *Store) LastSeq(_ context.Context, session string) (int64, error) {
 func (m *Store) SnapshotSave(_ context.Context, p *store.SnapshotSaveParams) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("save snapshot"); err != nil {
 		return err
 	}
 	if m.fail != nil {
 		return fmt.Errorf("snapshot %s: %w", p.Session, m.fail)
 	}
-	if l := m.leases[p.Session]; l.Epoch != p.Epoch {
+	if l := m.leases[p.Session]; l.Epoch == 0 || l.Epoch != p.Epoch {
 		return fmt.Errorf("snapshot %s: %w", p.Session, store.ErrFenced)
 	}
 	if old, ok := m.snaps[p.Session]; ok && old.Seq > p.Seq {
@@ -251,13 +264,14 @@ func (m *Store) SnapshotSave(_ context.Context, p *store.SnapshotSaveParams) err
 func (m *Store) SnapshotLoad(_ context.Context, session string) (*store.Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("load snapshot"); err != nil {
 		return nil, err
 	}
 	s, ok := m.snaps[session]
 	if !ok {
 		return nil, fmt.Errorf("snapshot of %s: %w", session, store.ErrNotFound)
 	}
+	s.Data = slices.Clone(s.Data)
 	return &s, nil
 }
 
@@ -265,7 +279,7 @@ func (m *Store) SnapshotLoad(_ context.Context, session string) (*store.Snapshot
 func (m *Store) SessionList(_ context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list sessions"); err != nil {
 		return nil, err
 	}
 	var out []store.SessionRow
@@ -288,7 +302,7 @@ func (m *Store) SessionList(_ context.Context, p *store.SessionListParams) ([]st
 func (m *Store) SessionGet(_ context.Context, session string) (*store.SessionRow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("get session"); err != nil {
 		return nil, err
 	}
 	s, ok := m.sessions[session]
@@ -302,18 +316,19 @@ func (m *Store) SessionGet(_ context.Context, session string) (*store.SessionRow
 func (m *Store) RunList(_ context.Context, session string) ([]store.RunRow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list runs"); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, len(m.runs[session]))
-	for k := range m.runs[session] {
-		keys = append(keys, k)
+	out := make([]store.RunRow, 0, len(m.runs[session]))
+	for _, r := range m.runs[session] {
+		out = append(out, r)
 	}
-	sort.Strings(keys)
-	out := make([]store.RunRow, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, m.runs[session][k])
-	}
+	slices.SortFunc(out, func(a, b store.RunRow) int {
+		if c := cmp.Compare(a.Agent, b.Agent); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
 	return out, nil
 }
 
@@ -321,7 +336,7 @@ func (m *Store) RunList(_ context.Context, session string) ([]store.RunRow, erro
 func (m *Store) TaskList(_ context.Context, session string) ([]store.TaskRow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list tasks"); err != nil {
 		return nil, err
 	}
 	return slices.Clone(m.tasks[session]), nil
@@ -331,7 +346,7 @@ func (m *Store) TaskList(_ context.Context, session string) ([]store.TaskRow, er
 func (m *Store) NoteList(_ context.Context, session string) ([]store.NoteRow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check(); err != nil {
+	if err := m.check("list notes"); err != nil {
 		return nil, err
 	}
 	return slices.Clone(m.notes[session]), nil

@@ -1,0 +1,525 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+// enc converts times for storage, as unix nanoseconds (NULL for the zero
+// time), remembering the first time out of that range.
+type enc struct{ err error }
+
+func (e *enc) time(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+		if e.err == nil {
+			e.err = fmt.Errorf("time %v out of storable range", t)
+		}
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64).UTC()
+}
+
+// LeaseAcquire implements store.Store.
+func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
+	var l *store.Lease
+	var e enc
+	now, expires := e.time(p.Now), e.time(p.Now.Add(p.TTL))
+	if e.err != nil {
+		return nil, fmt.Errorf("acquire lease of %s: %w", p.Session, e.err)
+	}
+	err := s.write(ctx, "acquire lease of "+p.Session, func(w *writer) error {
+		l = nil
+		var epoch int64
+		err := w.scan(`INSERT INTO leases (session, owner, epoch, expires) VALUES (?, ?, 1, ?)
+			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
+			WHERE leases.owner = excluded.owner OR leases.expires <= ?
+			RETURNING epoch`, []any{p.Session, p.Owner, expires, now}, &epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			var owner string
+			if err := w.scan(`SELECT owner FROM leases WHERE session = ?`, []any{p.Session}, &owner); err != nil {
+				return err
+			}
+			return fmt.Errorf("held by %s: %w", owner, store.ErrLeaseHeld)
+		}
+		if err != nil {
+			return err
+		}
+		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// LeaseRenew implements store.Store.
+func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
+	var e enc
+	expires := e.time(p.Now.Add(p.TTL))
+	if e.err != nil {
+		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, e.err)
+	}
+	err := s.write(ctx, "renew lease of "+p.Session, func(w *writer) error {
+		res, err := w.exec(`UPDATE leases SET expires = ? WHERE session = ? AND owner = ? AND epoch = ?`,
+			expires, p.Session, p.Owner, p.Epoch)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("%s at epoch %d: %w", p.Owner, p.Epoch, store.ErrFenced)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: p.Epoch, Expires: p.Now.Add(p.TTL)}, nil
+}
+
+// LeaseRelease implements store.Store.
+func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	return s.write(ctx, "release lease of "+p.Session, func(w *writer) error {
+		_, err := w.exec(`UPDATE leases SET owner = '', expires = ? WHERE session = ? AND owner = ? AND epoch = ?`,
+			int64(math.MinInt64), p.Session, p.Owner, p.Epoch)
+		return err
+	})
+}
+
+// fence fails with ErrFenced unless epoch is the session's lease epoch; a
+// session that never had a lease cannot be written.
+func (w *writer) fence(session string, epoch int64) error {
+	var current int64
+	err := w.scan(`SELECT epoch FROM leases WHERE session = ?`, []any{session}, &current)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if current == 0 {
+		return fmt.Errorf("no lease on the session: %w", store.ErrFenced)
+	}
+	if current != epoch {
+		return fmt.Errorf("epoch %d, lease epoch %d: %w", epoch, current, store.ErrFenced)
+	}
+	return nil
+}
+
+// EventAppend implements store.Store.
+func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
+	var e enc
+	ats := make([]any, len(p.Records))
+	for i, r := range p.Records {
+		ats[i] = e.time(r.At)
+	}
+	if e.err != nil {
+		return nil, fmt.Errorf("append %s: %w", p.Session, e.err)
+	}
+	var res *store.AppendResult
+	err := s.write(ctx, "append "+p.Session, func(w *writer) error {
+		res = &store.AppendResult{}
+		if err := w.fence(p.Session, p.Epoch); err != nil {
+			return err
+		}
+		var last int64
+		if err := w.scan(`SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?`, []any{p.Session}, &last); err != nil {
+			return err
+		}
+		for i, r := range p.Records {
+			if r.Seq != last+int64(i)+1 {
+				return fmt.Errorf("seq %d after %d: %w", r.Seq, last+int64(i), store.ErrConflict)
+			}
+		}
+		for i, r := range p.Records {
+			data := r.Data
+			if data == nil {
+				data = []byte{}
+			}
+			r, err := w.exec(`INSERT INTO events (session, seq, at, type, data) VALUES (?, ?, ?, ?, ?)`,
+				p.Session, r.Seq, ats[i], r.Type, data)
+			if err != nil {
+				return err
+			}
+			g, err := r.LastInsertId()
+			if err != nil {
+				return err
+			}
+			res.Globals = append(res.Globals, g)
+		}
+		if p.Projection != nil {
+			return w.project(p.Session, p.Projection, res)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.DuplicateNotes) > 0 {
+		s.log.Warn("sqlite: notification written twice; the second write was a no-op",
+			"session", p.Session, "notes", res.DuplicateNotes, "reason", "duplicate-notification")
+	}
+	return res, nil
+}
+
+// project upserts a step's rows.
+func (w *writer) project(session string, pr *store.Projection, res *store.AppendResult) error {
+	var e enc
+	if r := pr.Session; r != nil {
+		if _, err := w.exec(`INSERT INTO sessions (id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET title = excluded.title, owner = excluded.owner, provider = excluded.provider,
+				model = excluded.model, cwd = excluded.cwd, closed = excluded.closed, created = excluded.created,
+				updated = excluded.updated, last_seq = excluded.last_seq, input_tokens = excluded.input_tokens,
+				output_tokens = excluded.output_tokens`,
+			session, r.Title, r.Owner, r.Provider, r.Model, r.Cwd, r.Closed, e.time(r.Created), e.time(r.Updated),
+			r.LastSeq, r.InputTokens, r.OutputTokens); err != nil {
+			return err
+		}
+	}
+	for _, a := range pr.Agents {
+		if _, err := w.exec(`INSERT INTO agents (session, id, name, owner, task, state, runs, inbox, input_tokens, output_tokens)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (session, id) DO UPDATE SET name = excluded.name, owner = excluded.owner, task = excluded.task,
+				state = excluded.state, runs = excluded.runs, inbox = excluded.inbox,
+				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
+			session, a.ID, a.Name, a.Owner, a.Task, a.State, a.Runs, a.Inbox, a.InputTokens, a.OutputTokens); err != nil {
+			return err
+		}
+	}
+	for _, r := range pr.Runs {
+		if _, err := w.exec(`INSERT INTO runs (session, agent, seq, kind, status, started, ended, reply, error, input_tokens, output_tokens)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (session, agent, seq) DO UPDATE SET kind = excluded.kind, status = excluded.status,
+				started = excluded.started, ended = excluded.ended, reply = excluded.reply, error = excluded.error,
+				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
+			session, r.Agent, r.Seq, r.Kind, r.Status, e.time(r.Started), e.time(r.Ended), r.Reply, r.Error,
+			r.InputTokens, r.OutputTokens); err != nil {
+			return err
+		}
+	}
+	for _, t := range pr.Tasks {
+		var exit any
+		if t.Exit != nil {
+			exit = *t.Exit
+		}
+		if _, err := w.exec(`INSERT INTO tasks (session, id, kind, owner, agent, status, command, started, ended, exit_code)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (session, id) DO UPDATE SET kind = excluded.kind, owner = excluded.owner, agent = excluded.agent,
+				status = excluded.status, command = excluded.command, started = excluded.started,
+				ended = excluded.ended, exit_code = excluded.exit_code`,
+			session, t.ID, t.Kind, t.Owner, t.Agent, t.Status, t.Command, e.time(t.Started), e.time(t.Ended), exit); err != nil {
+			return err
+		}
+	}
+	for _, it := range pr.Items {
+		var err error
+		if it.StatusOnly {
+			_, err = w.exec(`UPDATE items SET status = ?, run = ? WHERE session = ? AND id = ?`, it.Status, it.Run, session, it.ID)
+		} else {
+			_, err = w.exec(`INSERT INTO items (session, id, agent, kind, priority, sender, status, run, enqueued)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (session, id) DO UPDATE SET agent = excluded.agent, kind = excluded.kind,
+					priority = excluded.priority, sender = excluded.sender, status = excluded.status,
+					run = excluded.run, enqueued = excluded.enqueued`,
+				session, it.ID, it.Agent, it.Kind, it.Priority, it.From, it.Status, it.Run, e.time(it.Enqueued))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, n := range pr.Notes {
+		if n.New {
+			r, err := w.exec(`INSERT INTO notes (session, task, run, owner, status, delivery, delivered_run, dropped, written)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session, task, run) DO NOTHING`,
+				session, n.Task, n.Run, n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written))
+			if err != nil {
+				return err
+			}
+			if k, err := r.RowsAffected(); err != nil {
+				return err
+			} else if k == 0 {
+				res.DuplicateNotes = append(res.DuplicateNotes, n.Key())
+			}
+			continue
+		}
+		if _, err := w.exec(`UPDATE notes SET owner = ?, status = ?, delivery = ?, delivered_run = ?, dropped = ?, written = ?
+			WHERE session = ? AND task = ? AND run = ?`,
+			n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written), session, n.Task, n.Run); err != nil {
+			return err
+		}
+	}
+	return e.err
+}
+
+// SnapshotSave implements store.Store.
+func (s *Store) SnapshotSave(ctx context.Context, p *store.SnapshotSaveParams) error {
+	return s.write(ctx, "save snapshot of "+p.Session, func(w *writer) error {
+		if err := w.fence(p.Session, p.Epoch); err != nil {
+			return err
+		}
+		data := p.Data
+		if data == nil {
+			data = []byte{}
+		}
+		_, err := w.exec(`INSERT INTO snapshots (session, seq, data) VALUES (?, ?, ?)
+			ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, data = excluded.data WHERE excluded.seq >= snapshots.seq`,
+			p.Session, p.Seq, data)
+		return err
+	})
+}
+
+// read runs fn on the read pool while the store is open.
+func (s *Store) read(ctx context.Context, what string, fn func(db *sql.DB) error) error {
+	if err := s.enter(what); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := fn(s.rdb); err != nil {
+		return fmt.Errorf("%s: %w", what, mapErr(err))
+	}
+	return nil
+}
+
+// query runs q and calls scan for each row.
+func query(ctx context.Context, db *sql.DB, q string, args []any, scan func(*sql.Rows) error) error {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func limit(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// EventList implements store.Store.
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
+	var out []store.Record
+	err := s.read(ctx, "list events of "+p.Session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT seq, global, at, type, data FROM events WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?`,
+			[]any{p.Session, p.AfterSeq, limit(p.Limit)}, func(rows *sql.Rows) error {
+				r := store.Record{Session: p.Session}
+				var at sql.NullInt64
+				if err := rows.Scan(&r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
+					return err
+				}
+				r.At = fromNanos(at)
+				out = append(out, r)
+				return nil
+			})
+	})
+	return out, err
+}
+
+// EventListAll implements store.Store.
+func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) ([]store.Record, error) {
+	var out []store.Record
+	err := s.read(ctx, "list events", func(db *sql.DB) error {
+		return query(ctx, db, `SELECT session, seq, global, at, type, data FROM events WHERE global > ? ORDER BY global LIMIT ?`,
+			[]any{p.AfterGlobal, limit(p.Limit)}, func(rows *sql.Rows) error {
+				var r store.Record
+				var at sql.NullInt64
+				if err := rows.Scan(&r.Session, &r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
+					return err
+				}
+				r.At = fromNanos(at)
+				out = append(out, r)
+				return nil
+			})
+	})
+	return out, err
+}
+
+// LastSeq implements store.Store.
+func (s *Store) LastSeq(ctx context.Context, session string) (int64, error) {
+	var n int64
+	err := s.read(ctx, "last seq of "+session, func(db *sql.DB) error {
+		return db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?`, session).Scan(&n)
+	})
+	return n, err
+}
+
+// SnapshotLoad implements store.Store.
+func (s *Store) SnapshotLoad(ctx context.Context, session string) (*store.Snapshot, error) {
+	snap := &store.Snapshot{Session: session}
+	err := s.read(ctx, "load snapshot of "+session, func(db *sql.DB) error {
+		err := db.QueryRowContext(ctx, `SELECT seq, data FROM snapshots WHERE session = ?`, session).Scan(&snap.Seq, &snap.Data)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(sc scanner) (store.SessionRow, error) {
+	var r store.SessionRow
+	var created, updated sql.NullInt64
+	err := sc.Scan(&r.ID, &r.Title, &r.Owner, &r.Provider, &r.Model, &r.Cwd, &r.Closed, &created, &updated,
+		&r.LastSeq, &r.InputTokens, &r.OutputTokens)
+	r.Created, r.Updated = fromNanos(created), fromNanos(updated)
+	return r, err
+}
+
+// SessionList implements store.Store.
+func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
+	var out []store.SessionRow
+	err := s.read(ctx, "list sessions", func(db *sql.DB) error {
+		return query(ctx, db, `SELECT `+sessionCols+` FROM sessions
+			WHERE (? = '' OR owner = ?) AND (? = 0 OR closed = 0) ORDER BY created DESC, id DESC`,
+			[]any{p.Owner, p.Owner, p.Open}, func(rows *sql.Rows) error {
+				r, err := scanSession(rows)
+				out = append(out, r)
+				return err
+			})
+	})
+	return out, err
+}
+
+// SessionGet implements store.Store.
+func (s *Store) SessionGet(ctx context.Context, session string) (*store.SessionRow, error) {
+	var r store.SessionRow
+	err := s.read(ctx, "get session "+session, func(db *sql.DB) error {
+		var err error
+		r, err = scanSession(db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, session))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// RunList implements store.Store.
+func (s *Store) RunList(ctx context.Context, session string) ([]store.RunRow, error) {
+	var out []store.RunRow
+	err := s.read(ctx, "list runs of "+session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT agent, seq, kind, status, started, ended, reply, error, input_tokens, output_tokens
+			FROM runs WHERE session = ? ORDER BY agent, seq`, []any{session}, func(rows *sql.Rows) error {
+			r := store.RunRow{Session: session}
+			var started, ended sql.NullInt64
+			if err := rows.Scan(&r.Agent, &r.Seq, &r.Kind, &r.Status, &started, &ended, &r.Reply, &r.Error,
+				&r.InputTokens, &r.OutputTokens); err != nil {
+				return err
+			}
+			r.Started, r.Ended = fromNanos(started), fromNanos(ended)
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// TaskList implements store.Store.
+func (s *Store) TaskList(ctx context.Context, session string) ([]store.TaskRow, error) {
+	var out []store.TaskRow
+	err := s.read(ctx, "list tasks of "+session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT id, kind, owner, agent, status, command, started, ended, exit_code
+			FROM tasks WHERE session = ? ORDER BY ord`, []any{session}, func(rows *sql.Rows) error {
+			t := store.TaskRow{Session: session}
+			var started, ended, exit sql.NullInt64
+			if err := rows.Scan(&t.ID, &t.Kind, &t.Owner, &t.Agent, &t.Status, &t.Command, &started, &ended, &exit); err != nil {
+				return err
+			}
+			t.Started, t.Ended = fromNanos(started), fromNanos(ended)
+			if exit.Valid {
+				code := int(exit.Int64)
+				t.Exit = &code
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// NoteList implements store.Store.
+func (s *Store) NoteList(ctx context.Context, session string) ([]store.NoteRow, error) {
+	var out []store.NoteRow
+	err := s.read(ctx, "list notes of "+session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT task, run, owner, status, delivery, delivered_run, dropped, written
+			FROM notes WHERE session = ? ORDER BY ord`, []any{session}, func(rows *sql.Rows) error {
+			n := store.NoteRow{Session: session}
+			var written sql.NullInt64
+			if err := rows.Scan(&n.Task, &n.Run, &n.Owner, &n.Status, &n.Delivery, &n.DeliveredRun, &n.Dropped, &written); err != nil {
+				return err
+			}
+			n.Written = fromNanos(written)
+			out = append(out, n)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// AgentList returns a session's agent rows in creation order. It is not
+// part of store.Store; storetest checks it through storetest.AgentLister.
+func (s *Store) AgentList(ctx context.Context, session string) ([]store.AgentRow, error) {
+	var out []store.AgentRow
+	err := s.read(ctx, "list agents of "+session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT id, name, owner, task, state, runs, inbox, input_tokens, output_tokens
+			FROM agents WHERE session = ? ORDER BY ord`, []any{session}, func(rows *sql.Rows) error {
+			a := store.AgentRow{Session: session}
+			if err := rows.Scan(&a.ID, &a.Name, &a.Owner, &a.Task, &a.State, &a.Runs, &a.Inbox, &a.InputTokens, &a.OutputTokens); err != nil {
+				return err
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// ItemList returns a session's inbox item rows in enqueue order. It is not
+// part of store.Store; storetest checks it through storetest.ItemLister.
+func (s *Store) ItemList(ctx context.Context, session string) ([]store.ItemRow, error) {
+	var out []store.ItemRow
+	err := s.read(ctx, "list items of "+session, func(db *sql.DB) error {
+		return query(ctx, db, `SELECT id, agent, kind, priority, sender, status, run, enqueued
+			FROM items WHERE session = ? ORDER BY ord`, []any{session}, func(rows *sql.Rows) error {
+			it := store.ItemRow{Session: session}
+			var enqueued sql.NullInt64
+			if err := rows.Scan(&it.ID, &it.Agent, &it.Kind, &it.Priority, &it.From, &it.Status, &it.Run, &enqueued); err != nil {
+				return err
+			}
+			it.Enqueued = fromNanos(enqueued)
+			out = append(out, it)
+			return nil
+		})
+	})
+	return out, err
+}

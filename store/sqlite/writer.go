@@ -1,0 +1,306 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+// job is one write queued to the writer goroutine.
+type job struct {
+	ctx  context.Context
+	what string
+	// fn runs inside a savepoint. It may run more than once (when another
+	// job broke the transaction), so it must set its results afresh.
+	fn   func(w *writer) error
+	err  error
+	done chan struct{}
+}
+
+func (j *job) finish(err error) {
+	j.err = err
+	close(j.done)
+}
+
+// writer is the write connection, with its prepared statements. Only the
+// writer goroutine (and Open, before it starts) uses it.
+//
+// Its statements run with a context of their own: cancelling a caller's
+// context would interrupt SQLite, which may roll back the whole group's
+// transaction.
+type writer struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (w *writer) stmt(q string) (*sql.Stmt, error) {
+	if st, ok := w.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := w.conn.PrepareContext(context.Background(), q)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	w.stmts[q] = st
+	return st, nil
+}
+
+func (w *writer) exec(q string, args ...any) (sql.Result, error) {
+	st, err := w.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(context.Background(), args...)
+}
+
+// scan runs a query returning at most one row into dest; sql.ErrNoRows
+// when there is none.
+func (w *writer) scan(q string, args []any, dest ...any) error {
+	st, err := w.stmt(q)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(context.Background(), args...).Scan(dest...)
+}
+
+// ctl runs a transaction control statement.
+func (w *writer) ctl(q string) error {
+	_, err := w.conn.ExecContext(context.Background(), q)
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.ToLower(q), err)
+	}
+	return nil
+}
+
+func (w *writer) close() error {
+	var errs []error
+	for _, st := range w.stmts {
+		errs = append(errs, st.Close())
+	}
+	clear(w.stmts)
+	return errors.Join(append(errs, w.conn.Close())...)
+}
+
+// write queues fn to the writer and waits for its answer.
+func (s *Store) write(ctx context.Context, what string, fn func(w *writer) error) error {
+	if err := s.enter(what); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	j := &job{ctx: ctx, what: what, fn: fn, done: make(chan struct{})}
+	s.jobs <- j
+	<-j.done
+	if j.err != nil {
+		return fmt.Errorf("%s: %w", what, mapErr(j.err))
+	}
+	return nil
+}
+
+// loop is the writer goroutine: it takes every queued job and runs them as
+// one group, until Close closes the queue.
+func (s *Store) loop() {
+	defer close(s.done)
+	group := make([]*job, 0, maxGroup)
+	for {
+		j, ok := <-s.jobs
+		if !ok {
+			return
+		}
+		group = append(group[:0], j)
+		if s.window > 0 {
+			t := time.NewTimer(s.window)
+		wait:
+			for len(group) < maxGroup {
+				select {
+				case j, ok := <-s.jobs:
+					if !ok {
+						break wait
+					}
+					group = append(group, j)
+				case <-t.C:
+					break wait
+				}
+			}
+			t.Stop()
+		}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case j, ok := <-s.jobs:
+				if !ok {
+					break drain
+				}
+				group = append(group, j)
+			default:
+				break drain
+			}
+		}
+		s.run(group)
+	}
+}
+
+// run commits a group of jobs and answers each.
+func (s *Store) run(group []*job) {
+	pending := make([]*job, 0, len(group))
+	for _, j := range group {
+		if err := j.ctx.Err(); err != nil {
+			j.finish(err)
+			continue
+		}
+		pending = append(pending, j)
+	}
+	for len(pending) > 0 {
+		broke, err := s.attempt(pending)
+		switch {
+		case err != nil:
+			for _, j := range pending {
+				j.finish(err)
+			}
+			return
+		case broke < 0:
+			for _, j := range pending {
+				j.finish(j.err)
+			}
+			return
+		}
+		b := pending[broke]
+		s.log.Warn("sqlite: a write broke its group's transaction; the others are retried",
+			"write", b.what, "err", b.err, "retried", len(pending)-1)
+		b.finish(b.err)
+		pending = slices.Delete(pending, broke, broke+1)
+	}
+}
+
+// attempt runs jobs in one transaction, each in a savepoint, and commits.
+// It returns the index of a job whose error broke the transaction (then
+// nothing was committed), -1 when it committed, or an error that fails
+// every job.
+func (s *Store) attempt(jobs []*job) (int, error) {
+	if err := s.retryBusy("begin", func() error { return s.w.ctl("BEGIN IMMEDIATE") }); err != nil {
+		return -1, err
+	}
+	for i, j := range jobs {
+		j.err = nil
+		if err := s.w.ctl("SAVEPOINT job"); err != nil {
+			s.rollback()
+			return -1, err
+		}
+		err := j.fn(s.w)
+		if err == nil {
+			if err := s.w.ctl("RELEASE job"); err != nil {
+				s.rollback()
+				return -1, err
+			}
+			continue
+		}
+		j.err = err
+		if logical(err) && s.w.ctl("ROLLBACK TO job") == nil && s.w.ctl("RELEASE job") == nil {
+			continue
+		}
+		s.rollback()
+		return i, nil
+	}
+	if err := s.retryBusy("commit", func() error { return s.w.ctl("COMMIT") }); err != nil {
+		s.rollback()
+		return -1, err
+	}
+	s.commits.Add(1)
+	return -1, nil
+}
+
+// logical reports whether err is a refusal decided by a job (which wrote
+// nothing), rather than a failure of the database.
+func logical(err error) bool {
+	return errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseHeld)
+}
+
+func (s *Store) rollback() {
+	// Fails harmlessly when SQLite already rolled the transaction back.
+	_ = s.w.ctl("ROLLBACK")
+}
+
+// retryBusy runs fn, again up to twice when SQLite reports the database
+// busy after BusyTimeout (another process holds the write lock).
+func (s *Store) retryBusy(what string, fn func() error) error {
+	var err error
+	for attempt := range 3 {
+		if err = fn(); err == nil {
+			return nil
+		}
+		if code, ok := errorCode(err); !ok || (code&0xff != codeBusy && code&0xff != codeLocked) {
+			return err
+		}
+		s.log.Warn("sqlite: database busy, retrying", "op", what, "attempt", attempt+1, "path", s.path, "err", err)
+	}
+	return err
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrate brings the schema to the newest embedded version, in one
+// transaction under the write lock (so concurrent opens do not race).
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	type migration struct {
+		version int
+		name    string
+	}
+	var all []migration
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		n, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad version: %w", base, err)
+		}
+		all = append(all, migration{n, name})
+	}
+	if err := s.retryBusy("migrate", func() error { return s.w.ctl("BEGIN IMMEDIATE") }); err != nil {
+		return err
+	}
+	defer s.rollback()
+	conn := s.w.conn
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"); err != nil {
+		return err
+	}
+	var current int
+	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM schema_version").Scan(&current); err != nil {
+		return err
+	}
+	if newest := all[len(all)-1].version; current > newest {
+		return fmt.Errorf("schema version %d is newer than this program's %d", current, newest)
+	}
+	for _, m := range all {
+		if m.version <= current {
+			continue
+		}
+		body, err := migrations.ReadFile(m.name)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, string(body)); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_version (version) VALUES (?)", m.version); err != nil {
+			return err
+		}
+		s.log.Info("sqlite: migrated", "path", s.path, "version", m.version)
+	}
+	return s.w.ctl("COMMIT")
+}

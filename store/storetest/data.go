@@ -1,0 +1,318 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+func testLarge(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "node-a", base)
+	// A 4 MiB record of arbitrary bytes (zeros and invalid UTF-8 included).
+	big := make([]byte, 4<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	big[0], big[len(big)-1] = 0, 0xff
+	one := []store.Record{{Session: "s", Seq: 1, At: base, Type: "big", Data: big}}
+	appendOK(t, s, "s", l.Epoch, one, nil)
+	got := list(t, s, "s")
+	checkRecords(t, "4 MiB record", got, one)
+
+	// A step of 5,000 records.
+	many := recs("s", 2, 5000, "batch")
+	for i := range many {
+		many[i].Data = append(many[i].Data, bytes.Repeat([]byte{' '}, 300-len(many[i].Data))...)
+	}
+	appendOK(t, s, "s", l.Epoch, many, nil)
+	if n := lastSeq(t, s, "s"); n != 5001 {
+		t.Fatalf("last seq %d, want 5001", n)
+	}
+	got = list(t, s, "s")
+	checkRecords(t, "after the batch", got, append(one, many...))
+	checkGlobal(t, "after the batch", got)
+	page, err := s.EventList(ctx, &store.EventListParams{Session: "s", AfterSeq: 4000, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, "page of the batch", page, many[3999:4099])
+	all, err := s.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: got[1].Global, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, "global page of the batch", all, many[1:11])
+	// A big snapshot too.
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: l.Epoch, Seq: 5001, Data: big}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.SnapshotLoad(ctx, "s")
+	if err != nil || !bytes.Equal(snap.Data, big) {
+		t.Fatalf("big snapshot: %v", err)
+	}
+}
+
+func testSnapshot(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "node-a", base)
+	_, err := s.SnapshotLoad(ctx, "s")
+	wantErr(t, "load before any save", err, store.ErrNotFound)
+	save := func(seq int64, data string) {
+		t.Helper()
+		if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: l.Epoch, Seq: seq, Data: []byte(data)}); err != nil {
+			t.Fatalf("save at %d: %v", seq, err)
+		}
+	}
+	load := func(wantSeq int64, want string) {
+		t.Helper()
+		snap, err := s.SnapshotLoad(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Session != "s" || snap.Seq != wantSeq || string(snap.Data) != want {
+			t.Fatalf("snapshot %s@%d %q, want s@%d %q", snap.Session, snap.Seq, snap.Data, wantSeq, want)
+		}
+	}
+	save(5, "five")
+	load(5, "five")
+	save(3, "three") // older: ignored
+	load(5, "five")
+	save(8, "eight")
+	load(8, "eight")
+	// Per session.
+	_, err = s.SnapshotLoad(ctx, "other")
+	wantErr(t, "load of another session", err, store.ErrNotFound)
+	o := acquire(t, s, "other", "node-a", base)
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "other", Epoch: o.Epoch, Seq: 1, Data: []byte("o")}); err != nil {
+		t.Fatal(err)
+	}
+	load(8, "eight")
+}
+
+func sameSession(a, b store.SessionRow) bool {
+	return a.ID == b.ID && a.Title == b.Title && a.Owner == b.Owner && a.Provider == b.Provider && a.Model == b.Model &&
+		a.Cwd == b.Cwd && a.Closed == b.Closed && a.Created.Equal(b.Created) && a.Updated.Equal(b.Updated) &&
+		a.LastSeq == b.LastSeq && a.InputTokens == b.InputTokens && a.OutputTokens == b.OutputTokens
+}
+
+func sameRun(a, b store.RunRow) bool {
+	return a.Session == b.Session && a.Agent == b.Agent && a.Seq == b.Seq && a.Kind == b.Kind && a.Status == b.Status &&
+		a.Started.Equal(b.Started) && a.Ended.Equal(b.Ended) && a.Reply == b.Reply && a.Error == b.Error &&
+		a.InputTokens == b.InputTokens && a.OutputTokens == b.OutputTokens
+}
+
+func sameTask(a, b store.TaskRow) bool {
+	if (a.Exit == nil) != (b.Exit == nil) || (a.Exit != nil && *a.Exit != *b.Exit) {
+		return false
+	}
+	return a.Session == b.Session && a.ID == b.ID && a.Kind == b.Kind && a.Owner == b.Owner && a.Agent == b.Agent &&
+		a.Status == b.Status && a.Command == b.Command && a.Started.Equal(b.Started) && a.Ended.Equal(b.Ended)
+}
+
+func sameItem(a, b store.ItemRow) bool {
+	return a.Session == b.Session && a.ID == b.ID && a.Agent == b.Agent && a.Kind == b.Kind && a.Priority == b.Priority &&
+		a.From == b.From && a.Status == b.Status && a.Run == b.Run && a.Enqueued.Equal(b.Enqueued)
+}
+
+func checkRows[R any](t testing.TB, what string, got []R, err error, same func(a, b R) bool, want ...R) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d rows %+v, want %d %+v", what, len(got), got, len(want), want)
+	}
+	for i := range got {
+		if !same(got[i], want[i]) {
+			t.Fatalf("%s: row %d is %+v, want %+v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func testProjections(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	h := func(n int) time.Time { return base.Add(time.Duration(n) * time.Hour) }
+	s1 := store.SessionRow{ID: "s1", Title: "first", Owner: "alice", Provider: "anthropic", Model: "m", Cwd: "/w", Created: h(0), Updated: h(0), LastSeq: 1, InputTokens: 10, OutputTokens: 20}
+	s2 := store.SessionRow{ID: "s2", Title: "second", Owner: "bob", Closed: true, Created: h(1), Updated: h(1), LastSeq: 1}
+	s3 := store.SessionRow{ID: "s3", Title: "third", Owner: "alice", Created: h(2), Updated: h(2), LastSeq: 1}
+	epochs := map[string]int64{}
+	for _, row := range []store.SessionRow{s2, s1, s3} {
+		epochs[row.ID] = acquire(t, s, row.ID, "node-a", base).Epoch
+		appendOK(t, s, row.ID, epochs[row.ID], recs(row.ID, 1, 1, "create"), &store.Projection{Session: &row})
+	}
+	sessions := func(p *store.SessionListParams, want ...store.SessionRow) {
+		t.Helper()
+		got, err := s.SessionList(ctx, p)
+		checkRows(t, fmt.Sprintf("sessions %+v", *p), got, err, sameSession, want...)
+	}
+	sessions(&store.SessionListParams{}, s3, s2, s1)
+	sessions(&store.SessionListParams{Owner: "alice"}, s3, s1)
+	sessions(&store.SessionListParams{Open: true}, s3, s1)
+	sessions(&store.SessionListParams{Owner: "bob", Open: true})
+	sessions(&store.SessionListParams{Owner: "nobody"})
+	got, err := s.SessionGet(ctx, "s2")
+	if err != nil || !sameSession(*got, s2) {
+		t.Fatalf("session s2: %+v, %v", got, err)
+	}
+	_, err = s.SessionGet(ctx, "s9")
+	wantErr(t, "session of unknown id", err, store.ErrNotFound)
+
+	// A later step replaces the row.
+	s1b := s1
+	s1b.Title, s1b.Updated, s1b.LastSeq, s1b.Closed, s1b.InputTokens = "renamed", h(5), 4, true, 99
+	exit0, exit3 := 0, 3
+	runs1 := []store.RunRow{
+		{Session: "s1", Agent: "main", Seq: 1, Kind: "prompt", Status: "running", Started: h(0)},
+		{Session: "s1", Agent: "a1", Seq: 1, Kind: "task", Status: "running", Started: h(0)},
+	}
+	tasks1 := []store.TaskRow{
+		{Session: "s1", ID: "t2", Kind: "agent", Owner: "main", Agent: "a1", Status: "running", Started: h(0)},
+		{Session: "s1", ID: "t1", Kind: "shell", Owner: "main", Status: "running", Command: "make test", Started: h(0)},
+	}
+	agents1 := []store.AgentRow{
+		{Session: "s1", ID: "main", Name: "main", State: "running", Runs: 0, Inbox: 1},
+		{Session: "s1", ID: "a1", Name: "helper", Owner: "main", Task: "t2", State: "running"},
+	}
+	items1 := []store.ItemRow{
+		{Session: "s1", ID: "i1", Agent: "main", Kind: "prompt", Priority: "next", From: "user", Status: "queued", Enqueued: h(0)},
+		{Session: "s1", ID: "i2", Agent: "a1", Kind: "message", Priority: "now", From: "main", Status: "taken", Run: 1, Enqueued: h(0)},
+	}
+	appendOK(t, s, "s1", epochs["s1"], recs("s1", 2, 2, "step"), &store.Projection{Session: &s1, Agents: agents1, Runs: runs1, Tasks: tasks1, Items: items1})
+
+	runs2 := []store.RunRow{
+		{Session: "s1", Agent: "main", Seq: 1, Kind: "prompt", Status: "completed", Started: h(0), Ended: h(1), Reply: "done", InputTokens: 5, OutputTokens: 6},
+		{Session: "s1", Agent: "main", Seq: 2, Kind: "notification", Status: "running", Started: h(1)},
+		{Session: "s1", Agent: "a10", Seq: 1, Kind: "task", Status: "failed", Started: h(1), Ended: h(2), Error: "boom"},
+		{Session: "s1", Agent: "a2", Seq: 1, Kind: "task", Status: "running", Started: h(1)},
+	}
+	tasks2 := []store.TaskRow{
+		{Session: "s1", ID: "t3", Kind: "shell", Owner: "a1", Status: "exited", Command: "true", Started: h(1), Ended: h(2), Exit: &exit0},
+		{Session: "s1", ID: "t2", Kind: "agent", Owner: "main", Agent: "a1", Status: "completed", Started: h(0), Ended: h(2)},
+		{Session: "s1", ID: "t1", Kind: "shell", Owner: "main", Status: "exited", Command: "make test", Started: h(0), Ended: h(3), Exit: &exit3},
+	}
+	agents2 := []store.AgentRow{{Session: "s1", ID: "main", Name: "main", State: "idle", Runs: 1, InputTokens: 5, OutputTokens: 6}}
+	items2 := []store.ItemRow{
+		{Session: "s1", ID: "i1", Agent: "main", Status: "taken", Run: 2, StatusOnly: true},
+		{Session: "s1", ID: "i3", Agent: "main", Kind: "notification", Priority: "later", Status: "queued", Enqueued: h(2)},
+		{Session: "s1", ID: "i9", Agent: "main", Status: "removed", StatusOnly: true}, // never enqueued: ignored
+	}
+	appendOK(t, s, "s1", epochs["s1"], recs("s1", 4, 1, "step"), &store.Projection{Session: &s1b, Agents: agents2, Runs: runs2, Tasks: tasks2, Items: items2})
+
+	got, err = s.SessionGet(ctx, "s1")
+	if err != nil || !sameSession(*got, s1b) {
+		t.Fatalf("session s1 after update: %+v, %v", got, err)
+	}
+	sessions(&store.SessionListParams{Open: true}, s3)
+	sessions(&store.SessionListParams{Owner: "alice"}, s3, s1b)
+
+	runs, err := s.RunList(ctx, "s1")
+	checkRows(t, "runs", runs, err, sameRun, runs1[1], runs2[2], runs2[3], runs2[0], runs2[1])
+	tasks, err := s.TaskList(ctx, "s1")
+	checkRows(t, "tasks (creation order)", tasks, err, sameTask, tasks2[1], tasks2[2], tasks2[0])
+	for _, sess := range []string{"s2", "s9"} {
+		if runs, err := s.RunList(ctx, sess); err != nil || len(runs) != 0 {
+			t.Fatalf("runs of %s: %+v, %v", sess, runs, err)
+		}
+		if tasks, err := s.TaskList(ctx, sess); err != nil || len(tasks) != 0 {
+			t.Fatalf("tasks of %s: %+v, %v", sess, tasks, err)
+		}
+		if notes, err := s.NoteList(ctx, sess); err != nil || len(notes) != 0 {
+			t.Fatalf("notes of %s: %+v, %v", sess, notes, err)
+		}
+	}
+
+	if al, ok := s.(AgentLister); ok {
+		got, err := al.AgentList(ctx, "s1")
+		checkRows(t, "agents", got, err, func(a, b store.AgentRow) bool { return a == b }, agents2[0], agents1[1])
+	} else {
+		t.Log("store has no AgentList: agent rows not checked")
+	}
+	if il, ok := s.(ItemLister); ok {
+		i1 := items1[0]
+		i1.Status, i1.Run = "taken", 2
+		got, err := il.ItemList(ctx, "s1")
+		checkRows(t, "items", got, err, sameItem, i1, items1[1], items2[1])
+	} else {
+		t.Log("store has no ItemList: StatusOnly item updates not checked")
+	}
+
+	// An append without a projection leaves the rows alone.
+	appendOK(t, s, "s1", epochs["s1"], recs("s1", 5, 1, "bare"), nil)
+	appendOK(t, s, "s1", epochs["s1"], recs("s1", 6, 1, "empty"), &store.Projection{})
+	if got, err := s.SessionGet(ctx, "s1"); err != nil || !sameSession(*got, s1b) {
+		t.Fatalf("session s1 after bare appends: %+v, %v", got, err)
+	}
+}
+
+func testErrors(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "A", base)
+	_, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "B", TTL: ttl, Now: base})
+	wantErr(t, "lease held", err, store.ErrLeaseHeld)
+	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "A", Epoch: l.Epoch + 1, TTL: ttl, Now: base})
+	wantErr(t, "renew fenced", err, store.ErrFenced)
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch + 1, Records: recs("s", 1, 1, "x")})
+	wantErr(t, "append fenced", err, store.ErrFenced)
+	err = s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: l.Epoch + 1, Seq: 1})
+	wantErr(t, "snapshot fenced", err, store.ErrFenced)
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: recs("s", 2, 1, "x")})
+	wantErr(t, "append conflict", err, store.ErrConflict)
+	_, err = s.SnapshotLoad(ctx, "s")
+	wantErr(t, "no snapshot", err, store.ErrNotFound)
+	_, err = s.SessionGet(ctx, "s")
+	wantErr(t, "no session", err, store.ErrNotFound)
+	// Sentinels stay distinct.
+	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrFenced) {
+		t.Errorf("not-found error %v matches other sentinels", err)
+	}
+}
+
+func testClose(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "A", base)
+	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "x"), nil)
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrClosed) {
+			t.Errorf("%s after close: %v, want ErrClosed", what, err)
+		}
+	}
+	_, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "A", TTL: ttl, Now: base})
+	check("LeaseAcquire", err)
+	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "A", Epoch: l.Epoch, TTL: ttl, Now: base})
+	check("LeaseRenew", err)
+	check("LeaseRelease", s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "A", Epoch: l.Epoch}))
+	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: recs("s", 2, 1, "x")})
+	check("EventAppend", err)
+	_, err = s.EventList(ctx, &store.EventListParams{Session: "s"})
+	check("EventList", err)
+	_, err = s.EventListAll(ctx, &store.EventListAllParams{})
+	check("EventListAll", err)
+	_, err = s.LastSeq(ctx, "s")
+	check("LastSeq", err)
+	check("SnapshotSave", s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: l.Epoch, Seq: 1}))
+	_, err = s.SnapshotLoad(ctx, "s")
+	check("SnapshotLoad", err)
+	_, err = s.SessionList(ctx, &store.SessionListParams{})
+	check("SessionList", err)
+	_, err = s.SessionGet(ctx, "s")
+	check("SessionGet", err)
+	_, err = s.RunList(ctx, "s")
+	check("RunList", err)
+	_, err = s.TaskList(ctx, "s")
+	check("TaskList", err)
+	_, err = s.NoteList(ctx, "s")
+	check("NoteList", err)
+}

@@ -1,0 +1,574 @@
+// Package storetest is the conformance suite every store.Store backend
+// passes: Run checks the log, sequence conflicts, notification uniqueness,
+// leases and fencing, concurrency, replay, large payloads, snapshots,
+// projections, Close and error wrapping. RunFault checks what a backend does
+// when its storage fills up or goes away, with a fault the backend's own test
+// knows how to cause.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+// AgentLister is implemented by backends that can list a session's agent
+// rows (in creation order). Run checks it when the store has it.
+type AgentLister interface {
+	AgentList(ctx context.Context, session string) ([]store.AgentRow, error)
+}
+
+// ItemLister is implemented by backends that can list a session's inbox item
+// rows (in enqueue order). Run checks it when the store has it.
+type ItemLister interface {
+	ItemList(ctx context.Context, session string) ([]store.ItemRow, error)
+}
+
+// Run runs the conformance suite. open returns a new, empty store for each
+// subtest and arranges for it to be closed and removed when t ends; the
+// suite may close it earlier.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"AppendList", testAppendList},
+		{"SeqConflict", testSeqConflict},
+		{"NoteUnique", testNoteUnique},
+		{"Lease", testLease},
+		{"Fencing", testFencing},
+		{"ConcurrentSessions", testConcurrentSessions},
+		{"ConcurrentSameSession", testConcurrentSameSession},
+		{"ReplayWhileWriting", testReplayWhileWriting},
+		{"Large", testLarge},
+		{"Snapshot", testSnapshot},
+		{"Projections", testProjections},
+		{"Errors", testErrors},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+// base is the suite's clock origin: fixed, with nanoseconds, so that times
+// must round-trip exactly.
+var base = time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+
+const ttl = time.Minute
+
+func acquire(t testing.TB, s store.Store, sess, owner string, now time.Time) *store.Lease {
+	t.Helper()
+	l, err := s.LeaseAcquire(context.Background(), &store.LeaseAcquireParams{Session: sess, Owner: owner, TTL: ttl, Now: now})
+	if err != nil {
+		t.Fatalf("acquire %s for %s: %v", sess, owner, err)
+	}
+	return l
+}
+
+// recs returns n records of sess from seq from, tagged so a reader can tell
+// who wrote them.
+func recs(sess string, from int64, n int, tag string) []store.Record {
+	out := make([]store.Record, n)
+	for i := range out {
+		seq := from + int64(i)
+		out[i] = store.Record{
+			Session: sess, Seq: seq, At: base.Add(time.Duration(seq)*time.Millisecond + time.Duration(seq)),
+			Type: "test.event", Data: fmt.Appendf(nil, `{"session":%q,"seq":%d,"tag":%q}`, sess, seq, tag),
+		}
+	}
+	return out
+}
+
+func appendOK(t testing.TB, s store.Store, sess string, epoch int64, rs []store.Record, p *store.Projection) *store.AppendResult {
+	t.Helper()
+	res, err := s.EventAppend(context.Background(), &store.EventAppendParams{Session: sess, Epoch: epoch, Records: rs, Projection: p})
+	if err != nil {
+		t.Fatalf("append %s seq %d..: %v", sess, rs[0].Seq, err)
+	}
+	if res == nil {
+		t.Fatalf("append %s: nil result", sess)
+	}
+	return res
+}
+
+func list(t testing.TB, s store.Store, sess string) []store.Record {
+	t.Helper()
+	got, err := s.EventList(context.Background(), &store.EventListParams{Session: sess})
+	if err != nil {
+		t.Fatalf("list %s: %v", sess, err)
+	}
+	return got
+}
+
+func listAll(t testing.TB, s store.Store) []store.Record {
+	t.Helper()
+	got, err := s.EventListAll(context.Background(), &store.EventListAllParams{})
+	if err != nil {
+		t.Fatalf("list all: %v", err)
+	}
+	return got
+}
+
+func lastSeq(t testing.TB, s store.Store, sess string) int64 {
+	t.Helper()
+	n, err := s.LastSeq(context.Background(), sess)
+	if err != nil {
+		t.Fatalf("last seq of %s: %v", sess, err)
+	}
+	return n
+}
+
+// sameRecord reports how got differs from want, ignoring Global.
+func sameRecord(got, want store.Record) string {
+	switch {
+	case got.Session != want.Session:
+		return fmt.Sprintf("session %q, want %q", got.Session, want.Session)
+	case got.Seq != want.Seq:
+		return fmt.Sprintf("seq %d, want %d", got.Seq, want.Seq)
+	case !got.At.Equal(want.At):
+		return fmt.Sprintf("at %v, want %v", got.At, want.At)
+	case got.Type != want.Type:
+		return fmt.Sprintf("type %q, want %q", got.Type, want.Type)
+	case !bytes.Equal(got.Data, want.Data):
+		return fmt.Sprintf("data %.60q (%d bytes), want %.60q (%d bytes)", got.Data, len(got.Data), want.Data, len(want.Data))
+	}
+	return ""
+}
+
+func checkRecords(t testing.TB, what string, got, want []store.Record) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d records, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if d := sameRecord(got[i], want[i]); d != "" {
+			t.Fatalf("%s: record %d: %s", what, i, d)
+		}
+	}
+}
+
+// checkGlobal fails unless rs have positive, strictly increasing Global.
+func checkGlobal(t testing.TB, what string, rs []store.Record) {
+	t.Helper()
+	prev := int64(0)
+	for i, r := range rs {
+		if r.Global <= prev {
+			t.Fatalf("%s: record %d (%s#%d) has global %d after %d", what, i, r.Session, r.Seq, r.Global, prev)
+		}
+		prev = r.Global
+	}
+}
+
+// checkContiguous fails unless rs are seq 1..n of one session.
+func checkContiguous(t testing.TB, sess string, rs []store.Record, n int64) {
+	t.Helper()
+	if int64(len(rs)) != n {
+		t.Fatalf("%s: %d records, want %d", sess, len(rs), n)
+	}
+	for i, r := range rs {
+		if r.Seq != int64(i)+1 || r.Session != sess {
+			t.Fatalf("%s: record %d is %s#%d", sess, i, r.Session, r.Seq)
+		}
+	}
+}
+
+func wantErr(t testing.TB, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: got %v, want %v", what, err, want)
+	}
+	// Wrapped with context, not the bare sentinel.
+	if err == want {
+		t.Errorf("%s: error %q is not wrapped with context", what, err)
+	}
+}
+
+func testAppendList(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	epochs := map[string]int64{}
+	for _, sess := range []string{"s1", "s2", "s3"} {
+		epochs[sess] = acquire(t, s, sess, "node-a", base).Epoch
+	}
+	var all []store.Record
+	per := map[string][]store.Record{}
+	add := func(sess string, from int64, n int) {
+		rs := recs(sess, from, n, "x")
+		if sess == "s2" {
+			for i := range rs {
+				rs[i].Session = "" // the store fills it in
+			}
+		}
+		res := appendOK(t, s, sess, epochs[sess], rs, nil)
+		if len(res.Globals) != len(rs) {
+			t.Fatalf("append %s: %d globals returned for %d records", sess, len(res.Globals), len(rs))
+		}
+		for i := range rs {
+			rs[i].Session = sess
+			rs[i].Global = res.Globals[i]
+		}
+		all = append(all, rs...)
+		per[sess] = append(per[sess], rs...)
+	}
+	add("s1", 1, 3)
+	add("s2", 1, 2)
+	add("s1", 4, 1)
+	add("s3", 1, 5)
+	add("s2", 3, 2)
+	// A time in another zone round-trips to the same instant.
+	zoned := recs("s3", 6, 1, "zoned")
+	zoned[0].At = time.Date(2026, 3, 1, 14, 0, 0, 987654321, time.FixedZone("X", 5*3600+1800))
+	appendOK(t, s, "s3", epochs["s3"], zoned, nil)
+	all = append(all, zoned...)
+	per["s3"] = append(per["s3"], zoned...)
+	// The zero time and no data round-trip too.
+	empty := []store.Record{{Session: "s1", Seq: 5, Type: "empty"}}
+	appendOK(t, s, "s1", epochs["s1"], empty, nil)
+	all = append(all, empty...)
+	per["s1"] = append(per["s1"], empty...)
+
+	for sess, want := range per {
+		got := list(t, s, sess)
+		checkRecords(t, "list "+sess, got, want)
+		checkGlobal(t, "list "+sess, got)
+		if n := lastSeq(t, s, sess); n != want[len(want)-1].Seq {
+			t.Errorf("last seq of %s = %d, want %d", sess, n, want[len(want)-1].Seq)
+		}
+	}
+	got := listAll(t, s)
+	checkRecords(t, "list all", got, all) // sequential appends: global order is append order
+	checkGlobal(t, "list all", got)
+	for i, r := range got {
+		if i < len(all) && all[i].Global != 0 && r.Global != all[i].Global {
+			t.Errorf("record %s#%d: stored at global %d, the append said %d", r.Session, r.Seq, r.Global, all[i].Global)
+		}
+	}
+
+	if n := lastSeq(t, s, "nobody"); n != 0 {
+		t.Errorf("last seq of unknown session = %d, want 0", n)
+	}
+	if rs := list(t, s, "nobody"); len(rs) != 0 {
+		t.Errorf("list of unknown session: %d records", len(rs))
+	}
+
+	// AfterSeq and Limit.
+	page, err := s.EventList(ctx, &store.EventListParams{Session: "s3", AfterSeq: 2, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, "list s3 after 2 limit 2", page, per["s3"][2:4])
+	page, err = s.EventList(ctx, &store.EventListParams{Session: "s3", AfterSeq: 6})
+	if err != nil || len(page) != 0 {
+		t.Fatalf("list s3 after its end: %d records, %v", len(page), err)
+	}
+	// AfterGlobal and Limit.
+	page, err = s.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: got[4].Global, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, "list all after 5th limit 3", page, all[5:8])
+	page, err = s.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: got[len(got)-1].Global})
+	if err != nil || len(page) != 0 {
+		t.Fatalf("list all after the end: %d records, %v", len(page), err)
+	}
+}
+
+func testSeqConflict(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "node-a", base)
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: recs("s", 2, 1, "x")}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("first append at seq 2: %v, want ErrConflict", err)
+	}
+	good := recs("s", 1, 3, "good")
+	appendOK(t, s, "s", l.Epoch, good, &store.Projection{
+		Session: &store.SessionRow{ID: "s", Title: "good", Created: base, Updated: base, LastSeq: 3},
+		Notes:   []store.NoteRow{{Session: "s", Task: "t1", Run: 1, Owner: "main", Status: "completed", Delivery: "queued", Written: base, New: true}},
+	})
+	bad := func(seqs ...int64) []store.Record {
+		var out []store.Record
+		for _, q := range seqs {
+			out = append(out, recs("s", q, 1, "bad")...)
+		}
+		return out
+	}
+	cases := map[string][]store.Record{
+		"gap":               bad(5),
+		"duplicate":         bad(3),
+		"restart":           bad(1),
+		"gap inside batch":  bad(4, 5, 7),
+		"dup inside batch":  bad(4, 4),
+		"backwards batch":   bad(4, 6, 5),
+		"overlapping batch": bad(3, 4),
+	}
+	for name, rs := range cases {
+		_, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: rs, Projection: &store.Projection{
+			Session: &store.SessionRow{ID: "s", Title: "bad", Created: base, Updated: base.Add(time.Hour), LastSeq: 9},
+			Runs:    []store.RunRow{{Session: "s", Agent: "main", Seq: 1, Kind: "prompt", Status: "running", Started: base}},
+			Tasks:   []store.TaskRow{{Session: "s", ID: "t9", Kind: "shell", Owner: "main", Status: "running", Started: base}},
+			Notes: []store.NoteRow{
+				{Session: "s", Task: "t2", Run: 1, Owner: "main", Status: "completed", Delivery: "queued", Written: base, New: true},
+				{Session: "s", Task: "t1", Run: 1, Owner: "main", Status: "completed", Delivery: "delivered", Written: base},
+			},
+		}})
+		wantErr(t, name, err, store.ErrConflict)
+	}
+	// Nothing of the failed batches was kept: events, globals or rows.
+	checkRecords(t, "list after conflicts", list(t, s, "s"), good)
+	if n := lastSeq(t, s, "s"); n != 3 {
+		t.Fatalf("last seq = %d, want 3", n)
+	}
+	checkRecords(t, "list all after conflicts", listAll(t, s), good)
+	row, err := s.SessionGet(ctx, "s")
+	if err != nil || row.Title != "good" || row.LastSeq != 3 {
+		t.Fatalf("session after conflicts: %+v, %v", row, err)
+	}
+	if runs, err := s.RunList(ctx, "s"); err != nil || len(runs) != 0 {
+		t.Fatalf("runs after conflicts: %+v, %v", runs, err)
+	}
+	if tasks, err := s.TaskList(ctx, "s"); err != nil || len(tasks) != 0 {
+		t.Fatalf("tasks after conflicts: %+v, %v", tasks, err)
+	}
+	notes, err := s.NoteList(ctx, "s")
+	if err != nil || len(notes) != 1 || notes[0].Delivery != "queued" {
+		t.Fatalf("notes after conflicts: %+v, %v", notes, err)
+	}
+	// The log goes on where it was.
+	next := recs("s", 4, 2, "next")
+	appendOK(t, s, "s", l.Epoch, next, nil)
+	checkRecords(t, "list after recovery", list(t, s, "s"), append(good, next...))
+	checkGlobal(t, "list all after recovery", listAll(t, s))
+}
+
+func note(sess, task string, run int, status string, isNew bool) store.NoteRow {
+	return store.NoteRow{
+		Session: sess, Task: task, Run: run, Owner: "main", Status: status, Delivery: "queued",
+		Written: base.Add(time.Duration(run) * time.Second), New: isNew,
+	}
+}
+
+func sameNote(a, b store.NoteRow) bool {
+	a.New, b.New = false, false
+	return a.Session == b.Session && a.Task == b.Task && a.Run == b.Run && a.Owner == b.Owner &&
+		a.Status == b.Status && a.Delivery == b.Delivery && a.DeliveredRun == b.DeliveredRun &&
+		a.Dropped == b.Dropped && a.Written.Equal(b.Written)
+}
+
+func checkNotes(t testing.TB, s store.Store, sess string, want ...store.NoteRow) {
+	t.Helper()
+	got, err := s.NoteList(context.Background(), sess)
+	if err != nil {
+		t.Fatalf("notes of %s: %v", sess, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("notes of %s: %+v, want %+v", sess, got, want)
+	}
+	for i := range got {
+		if !sameNote(got[i], want[i]) {
+			t.Fatalf("notes of %s: note %d is %+v, want %+v", sess, i, got[i], want[i])
+		}
+	}
+}
+
+func testNoteUnique(t *testing.T, s store.Store) {
+	l := acquire(t, s, "s", "node-a", base)
+	first := note("s", "t1", 1, "completed", true)
+	res := appendOK(t, s, "s", l.Epoch, recs("s", 1, 2, "run end"), &store.Projection{Notes: []store.NoteRow{first}})
+	if len(res.DuplicateNotes) != 0 {
+		t.Fatalf("first write reported duplicates %v", res.DuplicateNotes)
+	}
+	// The same key again, with other content: a no-op, reported.
+	again := note("s", "t1", 1, "failed", true)
+	again.Owner = "a9"
+	res = appendOK(t, s, "s", l.Epoch, recs("s", 3, 1, "run end again"), &store.Projection{Notes: []store.NoteRow{again}})
+	if !slices.Equal(res.DuplicateNotes, []string{"t1#1"}) {
+		t.Fatalf("second write: duplicates %v, want [t1#1]", res.DuplicateNotes)
+	}
+	if n := lastSeq(t, s, "s"); n != 3 {
+		t.Fatalf("the step with a duplicate note was not appended: last seq %d", n)
+	}
+	checkNotes(t, s, "s", first)
+
+	// Other keys of the same task, a shell exit (run 0), and a key twice in one step.
+	t1r2, t2r0, t3r1 := note("s", "t1", 2, "completed", true), note("s", "t2", 0, "exited", true), note("s", "t3", 1, "completed", true)
+	t3dup := note("s", "t3", 1, "failed", true)
+	res = appendOK(t, s, "s", l.Epoch, recs("s", 4, 1, "more"), &store.Projection{Notes: []store.NoteRow{t1r2, t2r0, t3r1, t3dup}})
+	if !slices.Equal(res.DuplicateNotes, []string{"t3#1"}) {
+		t.Fatalf("step with a key twice: duplicates %v, want [t3#1]", res.DuplicateNotes)
+	}
+	checkNotes(t, s, "s", first, t1r2, t2r0, t3r1)
+
+	// An update (not New) changes the row in place and keeps the write order.
+	upd := first
+	upd.New, upd.Delivery, upd.DeliveredRun = false, "delivered", 3
+	drop := t2r0
+	drop.New, drop.Delivery, drop.Dropped = false, "dropped", "owner closed"
+	res = appendOK(t, s, "s", l.Epoch, recs("s", 5, 1, "delivered"), &store.Projection{Notes: []store.NoteRow{upd, drop}})
+	if len(res.DuplicateNotes) != 0 {
+		t.Fatalf("update reported duplicates %v", res.DuplicateNotes)
+	}
+	checkNotes(t, s, "s", upd, t1r2, drop, t3r1)
+
+	// Keys are per session.
+	l2 := acquire(t, s, "other", "node-a", base)
+	res = appendOK(t, s, "other", l2.Epoch, recs("other", 1, 1, "x"), &store.Projection{Notes: []store.NoteRow{note("other", "t1", 1, "completed", true)}})
+	if len(res.DuplicateNotes) != 0 {
+		t.Fatalf("same key in another session reported duplicate: %v", res.DuplicateNotes)
+	}
+	checkNotes(t, s, "other", note("other", "t1", 1, "completed", true))
+}
+
+func testLease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	acq := func(owner string, now time.Time) (*store.Lease, error) {
+		return s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: owner, TTL: ttl, Now: now})
+	}
+	renew := func(owner string, epoch int64, now time.Time) (*store.Lease, error) {
+		return s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: owner, Epoch: epoch, TTL: ttl, Now: now})
+	}
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+
+	a, err := acq("A", at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Session != "s" || a.Owner != "A" || a.Epoch != 1 || !a.Expires.Equal(at(ttl)) {
+		t.Fatalf("first lease %+v, want s/A epoch 1 expiring at %v", a, at(ttl))
+	}
+	_, err = acq("B", at(time.Second))
+	wantErr(t, "B while A holds", err, store.ErrLeaseHeld)
+
+	// Renewal pushes the expiry.
+	r, err := renew("A", 1, at(10*time.Second))
+	if err != nil || r.Epoch != 1 || !r.Expires.Equal(at(70*time.Second)) {
+		t.Fatalf("renew: %+v, %v", r, err)
+	}
+	_, err = acq("B", at(65*time.Second))
+	wantErr(t, "B before the renewed expiry", err, store.ErrLeaseHeld)
+
+	// Expired: B takes it with the next epoch; A is fenced.
+	b, err := acq("B", at(71*time.Second))
+	if err != nil || b.Epoch != 2 || b.Owner != "B" {
+		t.Fatalf("B after expiry: %+v, %v", b, err)
+	}
+	_, err = renew("A", 1, at(72*time.Second))
+	wantErr(t, "renew by the old owner", err, store.ErrFenced)
+	_, err = acq("A", at(72*time.Second))
+	wantErr(t, "A while B holds", err, store.ErrLeaseHeld)
+
+	// The holder re-acquiring bumps the epoch; its old epoch is stale.
+	b3, err := acq("B", at(73*time.Second))
+	if err != nil || b3.Epoch != 3 {
+		t.Fatalf("B again: %+v, %v", b3, err)
+	}
+	_, err = renew("B", 2, at(74*time.Second))
+	wantErr(t, "renew by a stale epoch of the holder", err, store.ErrFenced)
+	if r, err := renew("B", 3, at(74*time.Second)); err != nil || r.Epoch != 3 {
+		t.Fatalf("renew B epoch 3: %+v, %v", r, err)
+	}
+
+	// Releasing a lost lease is not an error and releases nothing.
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "A", Epoch: 1}); err != nil {
+		t.Fatalf("release of a lost lease: %v", err)
+	}
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "B", Epoch: 2}); err != nil {
+		t.Fatalf("release by a stale epoch: %v", err)
+	}
+	_, err = acq("A", at(75*time.Second))
+	wantErr(t, "A after stale releases", err, store.ErrLeaseHeld)
+
+	// Release, then anyone acquires at once.
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "B", Epoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a4, err := acq("A", at(76*time.Second))
+	if err != nil || a4.Epoch != 4 || a4.Owner != "A" {
+		t.Fatalf("A after release: %+v, %v", a4, err)
+	}
+	_, err = renew("B", 3, at(77*time.Second))
+	wantErr(t, "renew after release", err, store.ErrFenced)
+
+	// Leases are per session.
+	o := acquire(t, s, "other", "B", at(77*time.Second))
+	if o.Epoch != 1 {
+		t.Fatalf("other session: epoch %d, want 1", o.Epoch)
+	}
+}
+
+func testFencing(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	// A session nobody holds a lease on cannot be written.
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "nolease", Epoch: 0, Records: recs("nolease", 1, 1, "x")}); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("append without a lease: %v, want ErrFenced", err)
+	}
+	// Node A owns the session and writes.
+	a := acquire(t, s, "s", "node-a", base)
+	stepA := recs("s", 1, 2, "A")
+	appendOK(t, s, "s", a.Epoch, stepA, &store.Projection{Session: &store.SessionRow{ID: "s", Title: "A", Created: base, Updated: base, LastSeq: 2}})
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: a.Epoch, Seq: 2, Data: []byte("A@2")}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A pauses (GC, partition) with its next step prepared; its lease
+	// expires and node B takes over.
+	paused := make(chan struct{})
+	woke := make(chan error, 3)
+	go func() {
+		<-paused
+		late := recs("s", 3, 2, "A-late")
+		_, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: a.Epoch, Records: late, Projection: &store.Projection{
+			Session: &store.SessionRow{ID: "s", Title: "A-late", Created: base, Updated: base, LastSeq: 4},
+			Notes:   []store.NoteRow{note("s", "t1", 1, "completed", true)},
+		}})
+		woke <- err
+		woke <- s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: a.Epoch, Seq: 99, Data: []byte("A@99")})
+		_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "node-a", Epoch: a.Epoch, TTL: ttl, Now: base.Add(3 * ttl)})
+		woke <- err
+	}()
+
+	b := acquire(t, s, "s", "node-b", base.Add(2*ttl))
+	if b.Epoch <= a.Epoch {
+		t.Fatalf("successor epoch %d not above %d", b.Epoch, a.Epoch)
+	}
+	if n := lastSeq(t, s, "s"); n != 2 {
+		t.Fatalf("B sees last seq %d", n)
+	}
+	stepB := recs("s", 3, 1, "B")
+	appendOK(t, s, "s", b.Epoch, stepB, &store.Projection{Session: &store.SessionRow{ID: "s", Title: "B", Created: base, Updated: base, LastSeq: 3}})
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: b.Epoch, Seq: 3, Data: []byte("B@3")}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A wakes up late and tries to go on.
+	close(paused)
+	wantErr(t, "late append", <-woke, store.ErrFenced)
+	wantErr(t, "late snapshot", <-woke, store.ErrFenced)
+	wantErr(t, "late renew", <-woke, store.ErrFenced)
+	// Even a write that would not conflict by sequence is fenced.
+	_, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: a.Epoch, Records: recs("s", 4, 1, "A-late")})
+	wantErr(t, "late append at the next seq", err, store.ErrFenced)
+
+	// Nothing of A's late writes is stored.
+	checkRecords(t, "log after fencing", list(t, s, "s"), append(stepA, stepB...))
+	checkRecords(t, "global log after fencing", listAll(t, s), append(stepA, stepB...))
+	if row, err := s.SessionGet(ctx, "s"); err != nil || row.Title != "B" || row.LastSeq != 3 {
+		t.Fatalf("session row after fencing: %+v, %v", row, err)
+	}
+	checkNotes(t, s, "s")
+	snap, err := s.SnapshotLoad(ctx, "s")
+	if err != nil || snap.Seq != 3 || string(snap.Data) != "B@3" {
+		t.Fatalf("snapshot after fencing: %+v, %v", snap, err)
+	}
+	// B goes on.
+	appendOK(t, s, "s", b.Epoch, recs("s", 4, 1, "B"), nil)
+
+	// Fencing is by epoch, not by the wall clock: an expired lease nobody
+	// took over still writes.
+	c := acquire(t, s, "quiet", "node-a", base)
+	appendOK(t, s, "quiet", c.Epoch, recs("quiet", 1, 1, "after expiry"), nil)
+}
