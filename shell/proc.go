@@ -93,3 +93,26 @@ func KillStale(pid int, startTime uint64) (killed bool, err error) {
 	}
 	return true, nil
 }
+
+// Alive reports whether the process pid is running and is the one that
+// started at startTime (not a later process that reuses the pid).
+func Alive(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, err := readStat(pid)
+	if err != nil {
+		return false
+	}
+	return st.startTime == startTime && st.state != 'Z' && st.state != 'X'
+}
+
+// SelfStartTime returns this process's start time in clock ticks since
+// boot, as /proc/<pid>/stat shows it.
+func SelfStartTime() (uint64, error) {
+	st, err := readStat(os.Getpid())
+	if err != nil {
+		return 0, fmt.Errorf("read own start time: %w", err)
+	}
+	return st.startTime, nil
+}

@@ -64,7 +64,26 @@ type LeaseAcquireParams struct {
 	// Now is the caller's clock reading; the lease expires at Now+TTL and a
 	// lease of another owner is free once its Expires is not after Now.
 	Now time.Time
+	// Steal, when set, takes the lease from that owner even before it
+	// expires: the caller has made sure the owner is gone (a process of
+	// this host that died).
+	Steal string
 }
+
+// LeaseHeldError is the ErrLeaseHeld a LeaseAcquire returns: who holds the
+// lease and until when.
+type LeaseHeldError struct {
+	Session string
+	Owner   string
+	Expires time.Time
+}
+
+func (e *LeaseHeldError) Error() string {
+	return "session " + e.Session + " lease held by " + e.Owner + " until " + e.Expires.UTC().Format(time.RFC3339)
+}
+
+// Unwrap makes errors.Is(err, ErrLeaseHeld) true.
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
 // LeaseRenewParams extends a lease the caller holds.
 type LeaseRenewParams struct {

@@ -65,8 +65,8 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 		return nil, err
 	}
 	l, ok := m.leases[p.Session]
-	if ok && l.Owner != p.Owner && l.Expires.After(p.Now) {
-		return nil, fmt.Errorf("acquire lease of %s held by %s: %w", p.Session, l.Owner, store.ErrLeaseHeld)
+	if ok && l.Owner != p.Owner && l.Expires.After(p.Now) && (p.Steal == "" || l.Owner != p.Steal) {
+		return nil, fmt.Errorf("acquire lease: %w", &store.LeaseHeldError{Session: p.Session, Owner: l.Owner, Expires: l.Expires})
 	}
 	nl := store.Lease{Session: p.Session, Owner: p.Owner, Epoch: l.Epoch + 1, Expires: p.Now.Add(p.TTL)}
 	m.leases[p.Session] = nl

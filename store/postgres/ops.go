@@ -51,14 +51,15 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		var epoch int64
 		err := tx.QueryRow(ctx, `INSERT INTO leases (session, owner, epoch, expires) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
-			WHERE leases.owner = excluded.owner OR leases.expires <= $4
-			RETURNING epoch`, p.Session, p.Owner, expires, now).Scan(&epoch)
+			WHERE leases.owner = excluded.owner OR leases.expires <= $4 OR ($5 <> '' AND leases.owner = $5)
+			RETURNING epoch`, p.Session, p.Owner, expires, now, p.Steal).Scan(&epoch)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var owner string
-			if err := tx.QueryRow(ctx, `SELECT owner FROM leases WHERE session = $1`, p.Session).Scan(&owner); err != nil {
+			var exp *int64
+			if err := tx.QueryRow(ctx, `SELECT owner, expires FROM leases WHERE session = $1`, p.Session).Scan(&owner, &exp); err != nil {
 				return err
 			}
-			return fmt.Errorf("held by %s: %w", owner, store.ErrLeaseHeld)
+			return &store.LeaseHeldError{Session: p.Session, Owner: owner, Expires: fromNanos(exp)}
 		}
 		if err != nil {
 			return err

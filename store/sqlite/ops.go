@@ -48,14 +48,15 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		var epoch int64
 		err := w.scan(`INSERT INTO leases (session, owner, epoch, expires) VALUES (?, ?, 1, ?)
 			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
-			WHERE leases.owner = excluded.owner OR leases.expires <= ?
-			RETURNING epoch`, []any{p.Session, p.Owner, expires, now}, &epoch)
+			WHERE leases.owner = excluded.owner OR leases.expires <= ? OR (? <> '' AND leases.owner = ?)
+			RETURNING epoch`, []any{p.Session, p.Owner, expires, now, p.Steal, p.Steal}, &epoch)
 		if errors.Is(err, sql.ErrNoRows) {
 			var owner string
-			if err := w.scan(`SELECT owner FROM leases WHERE session = ?`, []any{p.Session}, &owner); err != nil {
+			var exp sql.NullInt64
+			if err := w.scan(`SELECT owner, expires FROM leases WHERE session = ?`, []any{p.Session}, &owner, &exp); err != nil {
 				return err
 			}
-			return fmt.Errorf("held by %s: %w", owner, store.ErrLeaseHeld)
+			return &store.LeaseHeldError{Session: p.Session, Owner: owner, Expires: fromNanos(exp)}
 		}
 		if err != nil {
 			return err

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SeqConflict", testSeqConflict},
 		{"NoteUnique", testNoteUnique},
 		{"Lease", testLease},
+		{"LeaseSteal", testLeaseSteal},
 		{"Fencing", testFencing},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"ConcurrentSameSession", testConcurrentSameSession},
@@ -450,6 +451,13 @@ func testLease(t *testing.T, s store.Store) {
 	}
 	_, err = acq("B", at(65*time.Second))
 	wantErr(t, "B before the renewed expiry", err, store.ErrLeaseHeld)
+	var held *store.LeaseHeldError
+	if !errors.As(err, &held) || held.Owner != "A" || !held.Expires.Equal(at(70*time.Second)) {
+		t.Fatalf("lease held error = %#v, want owner A until %v", err, at(70*time.Second))
+	}
+	// Stealing from an owner that is not the holder changes nothing.
+	_, err = s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "B", TTL: ttl, Now: at(66 * time.Second), Steal: "C"})
+	wantErr(t, "B stealing from C", err, store.ErrLeaseHeld)
 
 	// Expired: B takes it with the next epoch; A is fenced.
 	b, err := acq("B", at(71*time.Second))
@@ -571,4 +579,19 @@ func testFencing(t *testing.T, s store.Store) {
 	// took over still writes.
 	c := acquire(t, s, "quiet", "node-a", base)
 	appendOK(t, s, "quiet", c.Epoch, recs("quiet", 1, 1, "after expiry"), nil)
+}
+
+// testLeaseSteal: a lease whose owner is known to be gone can be taken
+// before it expires, with the next epoch, and the old owner is fenced.
+func testLeaseSteal(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := acquire(t, s, "s", "dead", base)
+	l, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "heir", TTL: ttl, Now: base.Add(time.Second), Steal: "dead"})
+	if err != nil || l.Epoch != a.Epoch+1 || l.Owner != "heir" {
+		t.Fatalf("steal: %+v, %v", l, err)
+	}
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: a.Epoch, Records: recs("s", 1, 1, "x")}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("the robbed owner's append: %v, want ErrFenced", err)
+	}
+	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "y"), nil)
 }
