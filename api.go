@@ -80,6 +80,22 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 		p.Cwd = abs
 	}
 	id := core.SessionID(r.opts.NewID())
+	// Reserve the id so that adoption never takes a session being created.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	r.actors[id] = nil
+	r.mu.Unlock()
+	created := false
+	defer func() {
+		if !created {
+			r.mu.Lock()
+			delete(r.actors, id)
+			r.mu.Unlock()
+		}
+	}()
 	lease, err := r.st.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("create session: %w", err)
@@ -103,6 +119,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 		return nil, ErrClosed
 	}
 	r.actors[id] = a
+	created = true
 	r.mu.Unlock()
 	a.after(out.Events, out.Effects)
 	a.start()

@@ -62,10 +62,14 @@ type Options struct {
 	DefaultProvider string
 	// DataDir holds task output files: DataDir/sessions/<id>/tasks/.
 	DataDir string
-	// Node identifies this process as the owner of session leases. It must
-	// be stable across restarts on one machine so a restarted process takes
-	// its sessions back at once.
+	// Node identifies this process as the owner of session leases. The
+	// default, "vigil:<host>:<pid>:<start ticks>", lets a later process of
+	// the same host see that its predecessor died and take its sessions at
+	// once instead of waiting for their leases to expire.
 	Node string
+	// Adopt says which open sessions of the store this runtime takes over,
+	// at Open and whenever their owner goes away; nil means all of them.
+	Adopt func(store.SessionRow) bool
 	// LeaseTTL is how long a session lease lasts without renewal (30s).
 	LeaseTTL time.Duration
 	// Core sets the core's limits.
@@ -150,7 +154,10 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.NewID = randomID
 	}
 	if opts.Node == "" {
-		opts.Node = "node-" + randomID()
+		opts.Node = defaultNode()
+	}
+	if opts.Adopt == nil {
+		opts.Adopt = func(store.SessionRow) bool { return true }
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 30 * time.Second
@@ -192,31 +199,67 @@ func randomID() string {
 	return string(b)
 }
 
-// recoverAll takes over every open session of the store.
+// recoverAll takes over the open sessions of the store that Adopt accepts
+// and no live owner holds.
 func (r *Runtime) recoverAll(ctx context.Context) error {
 	rows, err := r.st.SessionList(ctx, &store.SessionListParams{Open: true})
 	if err != nil {
 		return fmt.Errorf("vigil: list sessions: %w", err)
 	}
 	for _, row := range rows {
-		a, err := r.takeOver(ctx, core.SessionID(row.ID))
+		r.mu.Lock()
+		_, mine := r.actors[core.SessionID(row.ID)]
+		closed := r.closed
+		r.mu.Unlock()
+		if mine || closed || !r.opts.Adopt(row) {
+			continue
+		}
+		id := core.SessionID(row.ID)
+		r.mu.Lock()
+		if _, taken := r.actors[id]; taken {
+			r.mu.Unlock()
+			continue
+		}
+		r.actors[id] = nil // reserved while it is taken over
+		r.mu.Unlock()
+		a, err := r.takeOver(ctx, id)
+		r.mu.Lock()
+		switch {
+		case err != nil:
+			delete(r.actors, id)
+		case r.closed:
+			delete(r.actors, id)
+		default:
+			r.actors[id] = a
+		}
+		closedNow := r.closed
+		r.mu.Unlock()
+		if err == nil && closedNow {
+			a.stop()
+			return nil
+		}
 		if errors.Is(err, store.ErrLeaseHeld) {
-			r.log.Info("session owned by another node; not taken over", "session", row.ID)
+			r.log.Debug("session owned by a live node; not taken over", "session", row.ID, "err", err)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("vigil: recover session %s: %w", row.ID, err)
 		}
-		r.mu.Lock()
-		r.actors[a.id] = a
-		r.mu.Unlock()
 	}
 	return nil
 }
 
 // takeOver acquires a session's lease, rebuilds its state and recovers it.
+// A lease held by a process of this host that is gone is taken at once.
 func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, error) {
-	lease, err := r.st.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()})
+	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
+	lease, err := r.st.LeaseAcquire(ctx, p)
+	var held *store.LeaseHeldError
+	if errors.As(err, &held) && nodeGone(held.Owner) {
+		r.log.Warn("taking over a session whose owner died", "session", id, "owner", held.Owner)
+		p.Steal = held.Owner
+		lease, err = r.st.LeaseAcquire(ctx, p)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -296,11 +339,17 @@ func (r *Runtime) renewLoop() {
 		r.mu.Lock()
 		actors := make([]*actor, 0, len(r.actors))
 		for _, a := range r.actors {
-			actors = append(actors, a)
+			if a != nil {
+				actors = append(actors, a)
+			}
 		}
 		r.mu.Unlock()
 		for _, a := range actors {
 			a.submitControl(func() { a.renew() })
+		}
+		// Sessions whose owner went away are taken over here.
+		if err := r.recoverAll(r.ctx); err != nil && r.ctx.Err() == nil {
+			r.log.Warn("adopting orphaned sessions failed; will retry", "err", err)
 		}
 	}
 }
@@ -318,7 +367,9 @@ func (r *Runtime) Close() error {
 	r.closed = true
 	actors := make([]*actor, 0, len(r.actors))
 	for _, a := range r.actors {
-		actors = append(actors, a)
+		if a != nil {
+			actors = append(actors, a)
+		}
 	}
 	r.mu.Unlock()
 	close(r.renewStop)
@@ -338,7 +389,7 @@ func (r *Runtime) actor(id string) (*actor, error) {
 		return nil, ErrClosed
 	}
 	a := r.actors[core.SessionID(id)]
-	if a == nil {
+	if a == nil { // unknown, or still being created
 		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
 	}
 	return a, nil

@@ -40,9 +40,22 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func commands() map[string]command {
 	return map[string]command{
-		"run":   {"run one session headless until it is quiescent, printing its timeline", cmdRun},
-		"sim":   {"run the deterministic simulator over many seeds", cmdSim},
-		"bench": {"measure wake latency and notification throughput", cmdBench},
+		"run":      {"run one session headless until it is quiescent, printing its timeline", cmdRun},
+		"sim":      {"run the deterministic simulator over many seeds", cmdSim},
+		"bench":    {"measure wake latency and notification throughput", cmdBench},
+		"serve":    {"serve the HTTP API, live event streams, metrics and the web UI", cmdServe},
+		"new":      {"create a session on a running server: vigil new \"prompt\"", cmdNew},
+		"sessions": {"list the server's sessions", cmdSessions},
+		"show":     {"show a session: agents, tasks, permission requests, inboxes", cmdShow},
+		"send":     {"queue a user prompt: vigil send <session> \"prompt\" [--priority]", cmdSend},
+		"message":  {"message an agent and print what happened to it: vigil message <session> <agent> \"text\"", cmdMessage},
+		"tasks":    {"list a session's tasks", cmdTasks},
+		"stop":     {"stop a task: vigil stop <session>/<task>", cmdStop},
+		"hold":     {"hold a session's queue of user prompts", cmdHold},
+		"resume":   {"release the hold on a session's user prompts", cmdResume},
+		"status":   {"list a session's non-empty inboxes and why each is not draining", cmdStatus},
+		"logs":     {"print a session's timeline; -f follows it", cmdLogs},
+		"approve":  {"answer a permission request: vigil approve <session> <request> [--deny]", cmdApprove},
 	}
 }
 

@@ -38,6 +38,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
 	fs.Var(&deny, "deny", "deny rule (repeatable)")
 	verbose := fs.Bool("v", false, "log at debug level to stderr")
+	keepOpen := fs.Bool("keep-open", false, "leave the session open when it is quiescent (vigil serve or a later run can continue it)")
+	resume := fs.String("resume", "", "take over an existing session of the store (one a killed vigil left) and run it to quiescence; a prompt, if given, is queued to it")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: vigil run [flags] \"prompt\"\n\nRuns one session until it is quiescent (no run in progress, no live task, every inbox empty)\nand prints its timeline and the main agent's final reply.\n\nflags:")
 		fs.PrintDefaults()
@@ -45,7 +47,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}
-	if fs.NArg() != 1 || strings.TrimSpace(fs.Arg(0)) == "" {
+	if fs.NArg() > 1 || (*resume == "" && (fs.NArg() != 1 || strings.TrimSpace(fs.Arg(0)) == "")) {
 		fs.Usage()
 		return &exitError{code: 2, err: errors.New("give exactly one prompt")}
 	}
@@ -70,6 +72,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
 		Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		// A headless run takes over only the session it resumes; other
+		// open sessions of the store are left to their owners or to serve.
+		Adopt: func(row store.SessionRow) bool { return row.ID == *resume },
 	})
 	if err != nil {
 		return err
@@ -92,15 +97,31 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			deny = c.Deny
 		}
 	}
-	sess, err := rt.CreateSession(ctx, vigil.SessionParams{
-		Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
-		SubagentModel: provs.subagentModel, Cwd: *cwd,
-		Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
-	})
-	if err != nil {
-		return err
+	var id string
+	if *resume != "" {
+		if sf.memory {
+			return &exitError{code: 2, err: errors.New("--resume needs a durable store, not --memory")}
+		}
+		id = *resume
+		if _, err := rt.State(ctx, id); err != nil {
+			return fmt.Errorf("resume %s: %w", id, err)
+		}
+		if fs.NArg() == 1 {
+			if _, err := rt.Prompt(ctx, id, fs.Arg(0), core.PriorityNext); err != nil {
+				return err
+			}
+		}
+	} else {
+		sess, err := rt.CreateSession(ctx, vigil.SessionParams{
+			Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
+			SubagentModel: provs.subagentModel, Cwd: *cwd,
+			Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
+		})
+		if err != nil {
+			return err
+		}
+		id = string(sess.ID)
 	}
-	id := string(sess.ID)
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -132,6 +153,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 	}()
 	waitErr := rt.WaitQuiescent(tctx, id)
+	if waitErr == nil && !*keepOpen {
+		// Done: close the session so no later vigil takes it over.
+		if err := rt.CloseSession(ctx, id, "vigil run"); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
+			logger.Warn("could not close the finished session", "session", id, "err", err)
+		}
+	}
 	// Print every event committed up to now before the result.
 	s, serr := rt.State(ctx, id)
 	if serr == nil {
@@ -258,8 +285,8 @@ type storeFlags struct {
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.memory, "memory", false, "keep the session in memory only (nothing survives the process)")
-	fs.StringVar(&f.data, "data", "", "data directory (default: $VIGIL_DATA, else the user's data directory)/vigil")
-	fs.StringVar(&f.db, "db", "", "database: a postgres:// URL (default: SQLite in the data directory)")
+	fs.StringVar(&f.data, "data", "", "data directory (default: $VIGIL_DATA, else $XDG_DATA_HOME/vigil, else ~/.local/share/vigil)")
+	fs.StringVar(&f.db, "db", "", "database: a postgres:// URL (default: $VIGIL_DB, else SQLite in the data directory)")
 }
 
 // dataDir returns the data directory.
@@ -285,5 +312,3 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
-
-var _ store.Store

@@ -5,13 +5,19 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
+	"github.com/vigilrun/vigil/store/postgres"
+	"github.com/vigilrun/vigil/store/sqlite"
 )
 
-// open opens the chosen store and returns it with the data directory, the
-// node id and a function that closes it.
+// open opens the chosen store: PostgreSQL for --db postgres://..., memory
+// for --memory, else SQLite at <data>/vigil.db. It returns the store, the
+// data directory (task outputs, the API token), the lease owner name ("" for
+// the runtime's default) and a function that closes the store.
 func (f *storeFlags) open(ctx context.Context, e *env, logger *slog.Logger) (store.Store, string, string, func(), error) {
 	dir, err := f.dataDir(e)
 	if err != nil {
@@ -20,6 +26,27 @@ func (f *storeFlags) open(ctx context.Context, e *env, logger *slog.Logger) (sto
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", "", nil, fmt.Errorf("data directory: %w", err)
 	}
-	st := memstore.New()
-	return st, dir, "run", func() { st.Close() }, nil
+	db := f.db
+	if db == "" {
+		db = e.getenv("VIGIL_DB")
+	}
+	switch {
+	case f.memory:
+		st := memstore.New()
+		return st, dir, "", func() { st.Close() }, nil
+	case strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://"):
+		st, err := postgres.Open(ctx, db, &postgres.Options{Logger: logger})
+		if err != nil {
+			return nil, "", "", nil, fmt.Errorf("open PostgreSQL store: %w", err)
+		}
+		return st, dir, "", func() { st.Close() }, nil
+	case db != "":
+		return nil, "", "", nil, fmt.Errorf("--db %q: want a postgres:// URL (SQLite lives in the data directory)", db)
+	}
+	path := filepath.Join(dir, "vigil.db")
+	st, err := sqlite.Open(ctx, path, &sqlite.Options{Logger: logger})
+	if err != nil {
+		return nil, "", "", nil, fmt.Errorf("open SQLite store %s: %w", path, err)
+	}
+	return st, dir, "", func() { st.Close() }, nil
 }

@@ -1,0 +1,858 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/server"
+	"github.com/vigilrun/vigil/store"
+)
+
+// The client commands talk to a running 'vigil serve'. The address comes
+// from --server, else $VIGIL_SERVER, else 127.0.0.1:7777; the token from
+// --token, else $VIGIL_TOKEN, else <data>/token.
+
+const defaultServer = "127.0.0.1:7777"
+
+// clientFlags are the flags of every client command.
+type clientFlags struct {
+	server string
+	token  string
+	data   string
+	json   bool
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.server, "server", "", "server address (default: $VIGIL_SERVER, else "+defaultServer+")")
+	fs.StringVar(&f.token, "token", "", "bearer token (default: $VIGIL_TOKEN, else the token file in the data directory)")
+	fs.StringVar(&f.data, "data", "", "data directory holding the token file (default: $VIGIL_DATA, else the user's data directory)/vigil")
+	fs.BoolVar(&f.json, "json", false, "print the server's JSON")
+}
+
+// apiClient calls the server's API.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func (f *clientFlags) client(e *env) (*apiClient, error) {
+	addr := f.server
+	if addr == "" {
+		addr = e.getenv("VIGIL_SERVER")
+	}
+	if addr == "" {
+		addr = defaultServer
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return nil, &exitError{code: 2, err: fmt.Errorf("bad server address %q", addr)}
+	}
+	tok := f.token
+	if tok == "" {
+		tok = e.getenv("VIGIL_TOKEN")
+	}
+	if tok == "" {
+		sf := storeFlags{data: f.data}
+		dir, err := sf.dataDir(e)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, "token")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("no token: pass --token, set VIGIL_TOKEN, or run where 'vigil serve' keeps its token file (%v)", err)}
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: tok, hc: &http.Client{}}, nil
+}
+
+// apiError is an error answer of the server.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// do sends a request and returns the body of a 2xx answer; any other
+// answer is an *apiError with the server's message.
+func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]byte, int, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encode request: %w", err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return nil, 0, fmt.Errorf("request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		return nil, 0, fmt.Errorf("cannot reach the vigil server at %s (is 'vigil serve' running? set --server or VIGIL_SERVER): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		return nil, resp.StatusCode, answerError(resp.StatusCode, b)
+	}
+	return b, resp.StatusCode, nil
+}
+
+func answerError(status int, b []byte) error {
+	var eb server.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+		return &apiError{status: status, code: eb.Error.Code, message: eb.Error.Message}
+	}
+	return &apiError{status: status, code: "http", message: fmt.Sprintf("server answered %d: %s", status, clip(string(b), 200))}
+}
+
+// get decodes a GET answer into out, or prints it raw with --json.
+func (c *apiClient) get(ctx context.Context, path string, out any) ([]byte, error) {
+	b, _, err := c.do(ctx, "GET", path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// parseArgs parses flags anywhere among the arguments ("send S text
+// --priority now"); "--" ends the flags.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, &exitError{code: 2}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// clientCommand sets up a client command: its flags, usage and arguments.
+func clientCommand(e *env, name, usage string, nargs int, args []string, extra func(fs *flag.FlagSet)) (*clientFlags, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	cf := &clientFlags{}
+	cf.register(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: vigil %s\n\nflags:\n", usage)
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if nargs >= 0 && len(pos) != nargs {
+		fs.Usage()
+		return nil, nil, &exitError{code: 2, err: fmt.Errorf("want %d argument(s), got %d", nargs, len(pos))}
+	}
+	return cf, pos, nil
+}
+
+func sessionPath(id string, parts ...string) string {
+	p := "/api/sessions/" + url.PathEscape(id)
+	for _, s := range parts {
+		p += "/" + url.PathEscape(s)
+	}
+	return p
+}
+
+func printRaw(e *env, b []byte) error {
+	_, err := e.stdout.Write(b)
+	return err
+}
+
+func cmdSessions(ctx context.Context, e *env, args []string) error {
+	var open bool
+	cf, _, err := clientCommand(e, "sessions", "sessions [--open]", 0, args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&open, "open", false, "only sessions that are not closed")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	path := "/api/sessions"
+	if open {
+		path += "?open=true"
+	}
+	var list server.SessionList
+	b, err := c.get(ctx, path, &list)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	if len(list.Sessions) == 0 {
+		fmt.Fprintln(e.stdout, "no sessions")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tSTATE\tUPDATED\tEVENTS\tTOKENS\tTITLE")
+	for _, s := range list.Sessions {
+		state := "open"
+		if s.Closed {
+			state = "closed"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, state, ago(s.Updated), s.LastSeq, s.InputTokens+s.OutputTokens, clip(s.Title, 60))
+	}
+	return tw.Flush()
+}
+
+func cmdShow(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "show", "show <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	var d server.SessionDetail
+	b, err := c.get(ctx, sessionPath(pos[0]), &d)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	s := d.Session
+	state := "open"
+	if s.Closed {
+		state = "closed: " + s.CloseReason
+	}
+	fmt.Fprintf(e.stdout, "session %s %q (%s; provider %s; mode %s; %d events; created %s)\n", s.ID, s.Title, state, s.Provider, s.Permissions.Mode, d.Seq, ago(s.Created))
+	if d.Hold != nil {
+		fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(d.Hold.By, "the user"), ago(d.Hold.Since), reasonSuffix(d.Hold.Reason))
+	}
+	if d.Quiescent {
+		fmt.Fprintln(e.stdout, "quiescent: no run in progress, no live task, every inbox empty")
+	}
+	fmt.Fprintln(e.stdout)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tID\tSTATE\tRUNS\tINBOX\tLAST ACTIVE\tTASK\tDOING")
+	for _, a := range d.Agents {
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", strings.Repeat("  ", a.Depth), a.Name, a.ID, a.State, a.Runs, len(a.Inbox), ago(a.LastActive), a.Task, doing(a))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(d.Tasks) > 0 {
+		fmt.Fprintln(e.stdout)
+		if err := printTasks(e, d.Tasks); err != nil {
+			return err
+		}
+	}
+	if len(d.Approvals) > 0 {
+		fmt.Fprintln(e.stdout, "\npermission requests waiting for an answer:")
+		for _, p := range d.Approvals {
+			fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, clip(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
+		}
+	}
+	printStatus(e, d.Status, false)
+	if len(d.Drops) > 0 {
+		fmt.Fprintf(e.stdout, "\nDROPS: %v\n", d.Drops)
+	}
+	return nil
+}
+
+// doing says what an agent is doing now.
+func doing(a server.AgentView) string {
+	r := a.Run
+	if r == nil {
+		return ""
+	}
+	s := fmt.Sprintf("run %d round %d", r.Seq, r.Round)
+	switch {
+	case r.Call != nil:
+		s += ": model call " + string(r.Call.State)
+	case len(r.Tools) > 0:
+		var names []string
+		for _, t := range r.Tools {
+			if !t.Done {
+				names = append(names, t.Name)
+			}
+		}
+		if len(names) > 0 {
+			s += ": " + strings.Join(names, ", ")
+		}
+	}
+	return s
+}
+
+func printTasks(e *env, tasks []*core.Task) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tKIND\tSTATUS\tOWNER\tSTARTED\tENDED\tEXIT\tWHAT")
+	for _, t := range tasks {
+		exit, ended := "", ""
+		if t.ExitCode != nil {
+			exit = strconv.Itoa(*t.ExitCode)
+		}
+		if !t.Ended.IsZero() {
+			ended = ago(t.Ended)
+		}
+		what := t.Description
+		if t.Kind == core.TaskShell && t.Command != "" {
+			what = t.Command
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Status, t.Owner, ago(t.Started), ended, exit, clip(what, 60))
+	}
+	return tw.Flush()
+}
+
+// printStatus prints the non-empty inboxes and why each is not draining.
+func printStatus(e *env, inboxes []core.InboxStatus, always bool) {
+	if len(inboxes) == 0 {
+		if always {
+			fmt.Fprintln(e.stdout, "every inbox is empty")
+		}
+		return
+	}
+	fmt.Fprintln(e.stdout, "\ninboxes:")
+	for _, st := range inboxes {
+		state := "not draining"
+		if st.Draining {
+			state = "draining"
+		}
+		held := ""
+		if st.Held > 0 {
+			held = fmt.Sprintf(", %d held", st.Held)
+		}
+		fmt.Fprintf(e.stdout, "  %s (%s, %s): %d item(s)%s, %s: %s", st.Name, st.Agent, st.State, st.Items, held, state, st.Reason)
+		if !st.Until.IsZero() {
+			fmt.Fprintf(e.stdout, " until %s", st.Until.Local().Format(time.TimeOnly))
+		}
+		if st.ClearsOn != "" {
+			fmt.Fprintf(e.stdout, " (clears on %s)", st.ClearsOn)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+}
+
+func cmdStatus(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "status", "status <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	var st server.StatusView
+	b, err := c.get(ctx, sessionPath(pos[0], "status"), &st)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	printStatusView(e, st)
+	return nil
+}
+
+func printStatusView(e *env, st server.StatusView) {
+	switch {
+	case st.Closed:
+		fmt.Fprintf(e.stdout, "session %s is closed\n", st.Session)
+	case st.Quiescent:
+		fmt.Fprintf(e.stdout, "session %s is quiescent\n", st.Session)
+	default:
+		fmt.Fprintf(e.stdout, "session %s is working\n", st.Session)
+	}
+	if st.Hold != nil {
+		fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(st.Hold.By, "the user"), ago(st.Hold.Since), reasonSuffix(st.Hold.Reason))
+	}
+	printStatus(e, st.Inboxes, true)
+}
+
+func cmdSend(ctx context.Context, e *env, args []string) error {
+	var prio string
+	cf, pos, err := clientCommand(e, "send", `send <session> "prompt" [--priority now|next|later]`, 2, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&prio, "priority", "", "now (interrupts the model round in flight), next (default: joins the running turn) or later (waits for the turn to end)")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "prompts"), server.PromptRequest{Text: pos[1], Priority: core.Priority(prio)})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var res server.PromptResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "queued %s for the main agent of %s\n", res.Item, res.Session)
+	return nil
+}
+
+func cmdMessage(ctx context.Context, e *env, args []string) error {
+	var prio string
+	cf, pos, err := clientCommand(e, "message", `message <session> <agent> "text" [--priority now|next|later]`, 3, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&prio, "priority", "", "now, next (default) or later")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	// The answer waits while the agent's model round is in flight: show
+	// that on stderr.
+	done := make(chan struct{})
+	go progress(e, done, fmt.Sprintf("waiting for %s's model round to decide the message's outcome", pos[1]))
+	b, status, err := c.do(ctx, "POST", sessionPath(pos[0], "agents", pos[1], "messages"), server.MessageRequest{Text: pos[2], Priority: core.Priority(prio)})
+	close(done)
+	if err != nil {
+		return err
+	}
+	var m core.Msg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	if cf.json {
+		if err := printRaw(e, b); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "message %s → %s: %s\n", m.ID, pos[1], describeOutcome(&m, status))
+	}
+	if m.Outcome == core.OutcomeRejected {
+		return &exitError{code: 1, err: fmt.Errorf("message rejected: %s", m.Reason)}
+	}
+	return nil
+}
+
+func describeOutcome(m *core.Msg, status int) string {
+	switch m.Outcome {
+	case core.OutcomeJoined:
+		return fmt.Sprintf("joined (run %d sees it at its next model round)", m.Run)
+	case core.OutcomeQueuedBehindStop:
+		return fmt.Sprintf("queued-behind-stop (run %d was finishing; run %d answers)", m.Run, m.Run+1)
+	case core.OutcomeResumed:
+		return fmt.Sprintf("resumed (the agent was idle; run %d answers)", m.Run)
+	case core.OutcomeRejected:
+		return "rejected: " + m.Reason
+	case core.OutcomePending:
+		return "pending: the agent's model round is still in flight (see 'vigil show')"
+	}
+	return string(m.Outcome)
+}
+
+// progress prints a line to stderr every few seconds until done.
+func progress(e *env, done <-chan struct{}, what string) {
+	start := time.Now()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			fmt.Fprintf(e.stderr, "… %s (%s)\n", what, time.Since(start).Round(time.Second))
+			t.Reset(3 * time.Second)
+		}
+	}
+}
+
+func cmdTasks(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "tasks", "tasks <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	var tl server.TaskList
+	b, err := c.get(ctx, sessionPath(pos[0], "tasks"), &tl)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	if len(tl.Tasks) == 0 {
+		fmt.Fprintln(e.stdout, "no tasks")
+		return nil
+	}
+	return printTasks(e, tl.Tasks)
+}
+
+func cmdStop(ctx context.Context, e *env, args []string) error {
+	var sess string
+	cf, pos, err := clientCommand(e, "stop", "stop <session>/<task>  |  stop <task> --session <session>", 1, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&sess, "session", "", "the task's session")
+	})
+	if err != nil {
+		return err
+	}
+	task := pos[0]
+	if s, t, ok := strings.Cut(pos[0], "/"); ok {
+		sess, task = s, t
+	}
+	if sess == "" || task == "" {
+		return &exitError{code: 2, err: errors.New("name the task as <session>/<task> or <task> --session <session>")}
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	b, _, err := c.do(ctx, "POST", sessionPath(sess, "tasks", task, "stop"), nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var t core.Task
+	if err := json.Unmarshal(b, &t); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "task %s: %s\n", t.ID, t.Status)
+	return nil
+}
+
+func cmdHold(ctx context.Context, e *env, args []string) error {
+	var reason string
+	cf, pos, err := clientCommand(e, "hold", "hold <session> [--reason TEXT]", 1, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&reason, "reason", "", "why, shown in status")
+	})
+	if err != nil {
+		return err
+	}
+	return holdOrResume(ctx, e, cf, sessionPath(pos[0], "hold"), server.HoldRequest{Reason: reason})
+}
+
+func cmdResume(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "resume", "resume <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	return holdOrResume(ctx, e, cf, sessionPath(pos[0], "resume"), nil)
+}
+
+func holdOrResume(ctx context.Context, e *env, cf *clientFlags, path string, body any) error {
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	b, _, err := c.do(ctx, "POST", path, body)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var st server.StatusView
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	printStatusView(e, st)
+	return nil
+}
+
+func cmdApprove(ctx context.Context, e *env, args []string) error {
+	var deny bool
+	var reason string
+	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&deny, "deny", false, "deny the request instead")
+		fs.StringVar(&reason, "reason", "", "why, told to the agent")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	allow := !deny
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Reason: reason})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	verb := "allowed"
+	if deny {
+		verb = "denied"
+	}
+	var left server.ApprovalList
+	if err := json.Unmarshal(b, &left); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "%s %s; %d request(s) still waiting\n", verb, pos[1], len(left.Approvals))
+	return nil
+}
+
+func cmdNew(ctx context.Context, e *env, args []string) error {
+	var req server.CreateSessionRequest
+	var mode string
+	var allow, deny stringList
+	cf, pos, err := clientCommand(e, "new", `new "prompt" [--title T] [--provider P] [--model M] [--cwd DIR] [--permission-mode MODE]`, 1, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&req.Title, "title", "", "title (default: the prompt's first line)")
+		fs.StringVar(&req.Provider, "provider", "", "model provider (default: the server's)")
+		fs.StringVar(&req.Model, "model", "", "model name")
+		fs.StringVar(&req.Cwd, "cwd", "", "working directory on the server (default: the current directory when the server is local)")
+		fs.StringVar(&mode, "permission-mode", "", "ask (default), accept-edits, auto or bypass")
+		fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
+		fs.Var(&deny, "deny", "deny rule (repeatable)")
+	})
+	if err != nil {
+		return err
+	}
+	req.Prompt = pos[0]
+	if mode != "" || len(allow) > 0 || len(deny) > 0 {
+		req.Permissions = &core.Permissions{Mode: core.PermissionMode(mode), Allow: allow, Deny: deny}
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	if req.Cwd == "" && isLocal(c.base) {
+		if wd, err := os.Getwd(); err == nil {
+			req.Cwd = wd
+		}
+	}
+	b, _, err := c.do(ctx, "POST", "/api/sessions", req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var d server.SessionDetail
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	fmt.Fprintln(e.stdout, d.Session.ID)
+	fmt.Fprintf(e.stderr, "created session %s; follow it with: vigil logs -f %s\n", d.Session.ID, d.Session.ID)
+	return nil
+}
+
+// isLocal reports whether the server runs on this machine.
+func isLocal(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return h == "localhost" || h == "127.0.0.1" || h == "::1"
+}
+
+// cmdLogs prints a session's timeline from its event stream. Without -f
+// it stops at the last event committed when it started; with -f it
+// follows, and after a dropped connection reconnects with Last-Event-ID so
+// no event is missed or printed twice.
+func cmdLogs(ctx context.Context, e *env, args []string) error {
+	var follow bool
+	cf, pos, err := clientCommand(e, "logs", "logs [-f] <session>", 1, args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&follow, "f", false, "follow: keep printing new events, reconnecting when the connection drops")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	var d server.SessionDetail
+	if _, err := c.get(ctx, sessionPath(pos[0]), &d); err != nil {
+		return err
+	}
+	format := "text"
+	if cf.json {
+		format = "raw"
+	}
+	tl := newTimeline(e.stdout, d.Session.Created, format)
+	for _, a := range d.Agents {
+		tl.names[a.ID] = a.Name
+	}
+	until := d.Seq
+	if !follow && until == 0 {
+		return nil
+	}
+	var last int64
+	wait := 250 * time.Millisecond
+	for {
+		err := c.stream(ctx, sessionPath(pos[0], "events"), last, func(ev server.Event, raw string) bool {
+			last = ev.Seq
+			if cf.json {
+				fmt.Fprintln(e.stdout, raw)
+			} else {
+				tl.record(store.Record{Session: ev.Session, Seq: ev.Seq, Global: ev.Global, At: ev.At, Type: ev.Type, Data: ev.Data})
+			}
+			return follow || last < until
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && !follow:
+			return nil
+		}
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status < 500 {
+			return err
+		}
+		if !follow {
+			return err
+		}
+		if err == nil {
+			err = errors.New("the server ended the stream")
+		}
+		fmt.Fprintf(e.stderr, "event stream lost (%v); reconnecting after event %d…\n", err, last)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// stream reads an event stream from after, calling fn for each event
+// until fn returns false (then nil), the stream ends (nil) or fails.
+func (c *apiClient) stream(ctx context.Context, path string, after int64, fn func(ev server.Event, raw string) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	if err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return answerError(resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	var data strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("read event stream: %w", err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if data.Len() == 0 {
+				continue
+			}
+			raw := data.String()
+			data.Reset()
+			var ev server.Event
+			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
+				return fmt.Errorf("bad event %q: %w", clip(raw, 100), err)
+			}
+			if !fn(ev, raw) {
+				return nil
+			}
+		case strings.HasPrefix(line, "data:"):
+			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		}
+	}
+}
+
+// ago formats how long ago t was.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return t.Local().Format("2006-01-02 15:04")
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}

@@ -1,0 +1,494 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// by is who the API records as the author of an action.
+const by = "user"
+
+// routes is every endpoint of the server.
+func (s *Server) routes() []route {
+	h := s.handle
+	const sess = "/api/sessions/{session}"
+	return []route{
+		{method: "GET", path: "/healthz", public: true, handler: h(s.health)},
+		{method: "GET", path: "/{$}", public: true, handler: http.HandlerFunc(s.uiIndex)},
+		{method: "GET", path: "/ui/{path...}", public: true, handler: s.uiFiles()},
+		{method: "GET", path: "/metrics", handler: s.metrics.handler()},
+		{method: "GET", path: "/api/openapi.json", handler: h(s.openAPI)},
+		{method: "GET", path: "/api/events", handler: h(s.eventsAll)},
+		{method: "GET", path: "/api/sessions", handler: h(s.listSessions)},
+		{method: "POST", path: "/api/sessions", handler: h(s.createSession)},
+		{method: "GET", path: sess, handler: h(s.getSession)},
+		{method: "POST", path: sess + "/close", handler: h(s.closeSession)},
+		{method: "GET", path: sess + "/events", handler: h(s.eventsSession)},
+		{method: "GET", path: sess + "/status", handler: h(s.status)},
+		{method: "POST", path: sess + "/hold", handler: h(s.hold)},
+		{method: "POST", path: sess + "/resume", handler: h(s.resume)},
+		{method: "POST", path: sess + "/prompts", handler: h(s.prompt)},
+		{method: "GET", path: sess + "/agents", handler: h(s.listAgents)},
+		{method: "GET", path: sess + "/agents/{agent}", handler: h(s.getAgent)},
+		{method: "POST", path: sess + "/agents/{agent}/messages", handler: h(s.message)},
+		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.cancelRun)},
+		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.closeAgent)},
+		{method: "GET", path: sess + "/runs", handler: h(s.listRuns)},
+		{method: "GET", path: sess + "/tasks", handler: h(s.listTasks)},
+		{method: "GET", path: sess + "/tasks/{task}", handler: h(s.getTask)},
+		{method: "GET", path: sess + "/tasks/{task}/output", handler: h(s.taskOutput)},
+		{method: "POST", path: sess + "/tasks/{task}/stop", handler: h(s.stopTask)},
+		{method: "GET", path: sess + "/inbox", handler: h(s.listInbox)},
+		{method: "DELETE", path: sess + "/inbox/{item}", handler: h(s.cancelItem)},
+		{method: "POST", path: sess + "/inbox/{item}/move", handler: h(s.moveItem)},
+		{method: "GET", path: sess + "/messages", handler: h(s.listMessages)},
+		{method: "GET", path: sess + "/messages/{msg}", handler: h(s.getMessage)},
+		{method: "GET", path: sess + "/notifications", handler: h(s.listNotes)},
+		{method: "GET", path: sess + "/approvals", handler: h(s.listApprovals)},
+		{method: "POST", path: sess + "/approvals/{approval}", handler: h(s.answerApproval)},
+	}
+}
+
+// handle adapts a handler that returns an error; the error is written as
+// JSON unless the response has started.
+func (s *Server) handle(fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			e := toAPIError(err)
+			if e.status >= 500 && e.status != http.StatusServiceUnavailable && e.status != http.StatusGatewayTimeout {
+				s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			}
+			writeError(w, e)
+		}
+	})
+}
+
+// inspect runs fn on the session's state and writes what it returns, with
+// status. fn runs on the session's goroutine; its result is encoded there.
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request, session string, status int, fn func(st *core.State) (any, error)) error {
+	var b []byte
+	var ferr error
+	err := s.rt.Inspect(r.Context(), session, func(st *core.State) {
+		v, err := fn(st)
+		if err != nil {
+			ferr = err
+			return
+		}
+		b, ferr = marshal(v)
+	})
+	if err != nil {
+		return err
+	}
+	if ferr != nil {
+		return ferr
+	}
+	writeRaw(w, status, b)
+	return nil
+}
+
+// actionErr explains an action refused because the session does not run
+// here: a session the store knows (closed, or owned by another node) is a
+// conflict, not a missing session.
+func (s *Server) actionErr(ctx context.Context, session string, err error) error {
+	if !errors.Is(err, vigil.ErrNoSession) {
+		return err
+	}
+	closed := false
+	if ierr := s.rt.Inspect(ctx, session, func(st *core.State) { closed = st.Session.Closed }); ierr != nil {
+		return err
+	}
+	if closed {
+		return &apiError{status: http.StatusConflict, code: "closed", msg: "session " + session + " is closed"}
+	}
+	return &apiError{status: http.StatusConflict, code: "moved", msg: "session " + session + " is not running on this server (another node owns it)"}
+}
+
+func agentOf(st *core.State, ref string) (*core.Agent, error) {
+	a := st.Agent(ref)
+	if a == nil {
+		return nil, notFound("no agent %q in session %s", ref, st.Session.ID)
+	}
+	return a, nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	select {
+	case <-s.stopping:
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "shutting down"})
+	default:
+		writeJSON(w, http.StatusOK, Health{Status: "ok"})
+	}
+	return nil
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	if s.spec == nil {
+		return errors.New("openapi document unavailable")
+	}
+	writeRaw(w, http.StatusOK, s.spec)
+	return nil
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
+	p := &store.SessionListParams{Owner: r.URL.Query().Get("owner")}
+	if v := r.URL.Query().Get("open"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return badRequest("open=%q: want true or false", v)
+		}
+		p.Open = b
+	}
+	rows, err := s.rt.Sessions(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, SessionList{Sessions: nonNil(rows)})
+	return nil
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
+	var req CreateSessionRequest
+	if err := s.decode(w, r, &req, true); err != nil {
+		return err
+	}
+	def := s.opts.Defaults
+	p := vigil.SessionParams{
+		Title: req.Title, Prompt: req.Prompt, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
+		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions,
+	}
+	if p.Title == "" {
+		p.Title = firstLine(req.Prompt, 60)
+	}
+	if p.Model == "" && (p.Provider == "" || p.Provider == def.Provider) {
+		p.Model = def.Model
+		if p.SubagentModel == "" {
+			p.SubagentModel = def.SubagentModel
+		}
+	}
+	if req.Permissions != nil {
+		p.Permissions = *req.Permissions
+	}
+	sess, err := s.rt.CreateSession(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/sessions/"+string(sess.ID))
+	return s.inspect(w, r, string(sess.ID), http.StatusCreated, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+}
+
+func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.CloseSession(r.Context(), id, by); err != nil {
+		if err = s.actionErr(r.Context(), id, err); toAPIError(err).code != "closed" {
+			return err
+		}
+		// Closed already: closing is idempotent.
+	}
+	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) { return statusView(st), nil })
+}
+
+func (s *Server) hold(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req HoldRequest
+	if err := s.decode(w, r, &req, true); err != nil {
+		return err
+	}
+	if err := s.rt.Hold(r.Context(), id, by, req.Reason); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.status(w, r)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.Resume(r.Context(), id, by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.status(w, r)
+}
+
+func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req PromptRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return badRequest("text is empty")
+	}
+	item, err := s.rt.Prompt(r.Context(), id, req.Text, req.Priority)
+	if err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	writeJSON(w, http.StatusAccepted, PromptResult{Session: core.SessionID(id), Item: item})
+	return nil
+}
+
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		return AgentList{Agents: agentViews(st)}, nil
+	})
+}
+
+func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		a, err := agentOf(st, r.PathValue("agent"))
+		if err != nil {
+			return nil, err
+		}
+		return agentDetail(st, a), nil
+	})
+}
+
+// message sends a user message and answers with its outcome: joined,
+// queued-behind-stop, resumed or rejected (a rejection is an outcome, not
+// an HTTP error). When the target's model round is in flight the outcome
+// waits for its answer, up to Options.MessageWait; past that the answer is
+// 202 with the message still pending (poll GET .../messages/{msg}).
+func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req MessageRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return badRequest("text is empty")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.MessageWait)
+	defer cancel()
+	m, err := s.rt.Message(ctx, id, r.PathValue("agent"), req.Text, req.Priority)
+	if err != nil {
+		if m != nil && m.Outcome == core.OutcomePending && r.Context().Err() == nil && ctx.Err() != nil {
+			writeJSON(w, http.StatusAccepted, m)
+			return nil
+		}
+		return s.actionErr(r.Context(), id, err)
+	}
+	writeJSON(w, http.StatusOK, m)
+	return nil
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	id, agent := r.PathValue("session"), r.PathValue("agent")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.CancelRun(r.Context(), id, agent, by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.agentViewOf(w, r, id, agent)
+}
+
+func (s *Server) closeAgent(w http.ResponseWriter, r *http.Request) error {
+	id, agent := r.PathValue("session"), r.PathValue("agent")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.CloseAgent(r.Context(), id, agent, by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.agentViewOf(w, r, id, agent)
+}
+
+func (s *Server) agentViewOf(w http.ResponseWriter, r *http.Request, id, agent string) error {
+	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) {
+		a, err := agentOf(st, agent)
+		if err != nil {
+			return nil, err
+		}
+		return agentView(st, a), nil
+	})
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		var a *core.Agent
+		if ref := r.URL.Query().Get("agent"); ref != "" {
+			var err error
+			if a, err = agentOf(st, ref); err != nil {
+				return nil, err
+			}
+		}
+		return RunList{Runs: runs(st, a)}, nil
+	})
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		return TaskList{Tasks: tasks(st)}, nil
+	})
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		t := st.Tasks[core.TaskID(r.PathValue("task"))]
+		if t == nil {
+			return nil, notFound("no task %q in session %s", r.PathValue("task"), st.Session.ID)
+		}
+		return t, nil
+	})
+}
+
+func (s *Server) taskOutput(w http.ResponseWriter, r *http.Request) error {
+	id, task := r.PathValue("session"), r.PathValue("task")
+	q := r.URL.Query()
+	offset, limit := int64(0), int64(64<<10)
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("offset=%q: want a byte offset >= 0", v)
+		}
+		offset = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > 1<<20 {
+			return badRequest("limit=%q: want 1 to %d bytes", v, 1<<20)
+		}
+		limit = n
+	}
+	var status core.TaskStatus
+	if err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
+		if t := st.Tasks[core.TaskID(task)]; t != nil {
+			status = t.Status
+		}
+	}); err != nil {
+		return err
+	}
+	data, next, err := s.rt.TaskOutput(r.Context(), id, task, offset, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TaskOutput{Task: core.TaskID(task), Status: status, Offset: offset, Next: next, Data: string(data)})
+	return nil
+}
+
+func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) error {
+	id, task := r.PathValue("session"), r.PathValue("task")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.StopTask(r.Context(), id, task, by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.getTask(w, r)
+}
+
+func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		var a *core.Agent
+		if ref := r.URL.Query().Get("agent"); ref != "" {
+			var err error
+			if a, err = agentOf(st, ref); err != nil {
+				return nil, err
+			}
+		}
+		return InboxList{Items: inbox(st, a)}, nil
+	})
+}
+
+func (s *Server) cancelItem(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	if err := s.rt.CancelItem(r.Context(), id, r.PathValue("item"), by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) moveItem(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req MoveRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Index == nil {
+		return badRequest("index is required")
+	}
+	if err := s.rt.MoveItem(r.Context(), id, r.PathValue("item"), *req.Index); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) { return InboxList{Items: inbox(st, nil)}, nil })
+}
+
+func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		return MessageList{Messages: messages(st)}, nil
+	})
+}
+
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		m := st.Msgs[core.MsgID(r.PathValue("msg"))]
+		if m == nil {
+			return nil, notFound("no message %q in session %s", r.PathValue("msg"), st.Session.ID)
+		}
+		return m, nil
+	})
+}
+
+func (s *Server) listNotes(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		return NoteList{Notifications: notes(st)}, nil
+	})
+}
+
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		return ApprovalList{Approvals: approvals(st)}, nil
+	})
+}
+
+func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req ApprovalRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Allow == nil {
+		return badRequest("allow is required (true or false)")
+	}
+	if err := s.rt.AnswerApproval(r.Context(), id, r.PathValue("approval"), *req.Allow, by, req.Reason); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.listApprovals(w, r)
+}
+
+// firstLine returns s's first line, cut to n bytes at a rune boundary.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a machine-readable code and a message for people.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// apiError is an error with its HTTP status and code.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "invalid", msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusNotFound, code: "not_found", msg: fmt.Sprintf(format, args...)}
+}
+
+// toAPIError classifies an error of the runtime, the core or the store.
+// Anything unclassified is a 500.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	msg := err.Error()
+	switch core.ErrorCodeOf(err) {
+	case core.CodeNotFound:
+		return &apiError{status: http.StatusNotFound, code: "not_found", msg: msg}
+	case core.CodeInvalid:
+		return &apiError{status: http.StatusBadRequest, code: "invalid", msg: msg}
+	case core.CodeConflict:
+		return &apiError{status: http.StatusConflict, code: "conflict", msg: msg}
+	case core.CodeClosed:
+		return &apiError{status: http.StatusConflict, code: "closed", msg: msg}
+	}
+	switch {
+	case errors.Is(err, vigil.ErrNoSession), errors.Is(err, store.ErrNotFound):
+		return &apiError{status: http.StatusNotFound, code: "not_found", msg: msg}
+	case errors.Is(err, vigil.ErrStoreDown), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrReadOnly):
+		return &apiError{status: http.StatusServiceUnavailable, code: "store_unavailable", msg: msg}
+	case errors.Is(err, vigil.ErrClosed):
+		return &apiError{status: http.StatusServiceUnavailable, code: "shutting_down", msg: "the server is shutting down"}
+	case errors.Is(err, vigil.ErrSessionMoved), errors.Is(err, store.ErrLeaseHeld):
+		return &apiError{status: http.StatusConflict, code: "moved", msg: msg}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: http.StatusGatewayTimeout, code: "timeout", msg: msg}
+	case errors.Is(err, context.Canceled):
+		return &apiError{status: 499, code: "canceled", msg: msg}
+	}
+	return &apiError{status: http.StatusInternalServerError, code: "internal", msg: msg}
+}
+
+// writeError writes err as a JSON error.
+func writeError(w http.ResponseWriter, err error) {
+	e := toAPIError(err)
+	writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
+}
+
+// writeJSON writes v as the JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = marshal(ErrorBody{Error: ErrorDetail{Code: "internal", Message: "encode response: " + err.Error()}})
+	}
+	writeRaw(w, status, b)
+}
+
+// writeRaw writes an encoded JSON body.
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// marshal encodes v without HTML escaping, with a final newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// decode reads a JSON body into v strictly: bodies over the limit are 413,
+// unknown fields and trailing data are 400. An empty body is an error
+// unless optional.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, code: "too_large", msg: fmt.Sprintf("request body is over %d bytes", mbe.Limit)}
+		}
+		return badRequest("read body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		if optional {
+			return nil
+		}
+		return badRequest("request body is empty; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("bad JSON body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("bad JSON body: data after the object")
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// Metrics measures the runtime for Prometheus, on a registry of its own.
+// It implements vigil.Observer: give it to vigil.Options.Observer, then to
+// Options.Metrics, so one registry counts what the runtime does and is
+// served at /metrics.
+//
+// Counters: runs started (by kind) and ended (by status), notifications
+// written (by status) and delivered (by delivery), messages by outcome,
+// drops by reason (vigil_drops_total, zero in normal operation), model
+// calls by provider and outcome. Histograms: model call duration, wake
+// latency (from a notification's write to the run start or round that
+// takes it in, by event times). Gauges, read at scrape time: inbox depth
+// per open session and sessions by state.
+type Metrics struct {
+	reg            *prometheus.Registry
+	runsStarted    *prometheus.CounterVec
+	runsEnded      *prometheus.CounterVec
+	notesWritten   *prometheus.CounterVec
+	notesDelivered *prometheus.CounterVec
+	messages       *prometheus.CounterVec
+	drops          *prometheus.CounterVec
+	modelCalls     *prometheus.CounterVec
+	modelDuration  *prometheus.HistogramVec
+	wakeLatency    prometheus.Histogram
+	sseClients     prometheus.Gauge
+	sseEvents      prometheus.Counter
+
+	attachOnce sync.Once
+
+	mu sync.Mutex
+	// written holds, per session, when each notification waiting in an
+	// inbox was written, until a run takes it in.
+	written map[string]map[core.NoteKey]time.Time
+}
+
+var _ vigil.Observer = (*Metrics)(nil)
+
+// NewMetrics returns metrics on a new registry that also holds the Go and
+// process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		runsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_runs_started_total", Help: "Runs started, by the kind of their first item.",
+		}, []string{"kind"}),
+		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_runs_ended_total", Help: "Runs ended, by status.",
+		}, []string{"status"}),
+		notesWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_notifications_written_total", Help: "Notifications written, by the status they report.",
+		}, []string{"status"}),
+		notesDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_notifications_delivered_total", Help: "Notifications delivered to their owner, by delivery (inbox or tool-result).",
+		}, []string{"delivery"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_messages_total", Help: "Messages by the outcome their sender was told (joined, queued-behind-stop, resumed, rejected).",
+		}, []string{"outcome"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_drops_total", Help: "Things skipped, deduplicated or dropped, by reason. Zero in normal operation.",
+		}, []string{"reason"}),
+		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_model_calls_total", Help: "Model calls ended, by provider and outcome (ok or error).",
+		}, []string{"provider", "outcome"}),
+		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vigil_model_call_duration_seconds", Help: "Model call duration.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"provider"}),
+		wakeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vigil_wake_latency_seconds", Help: "Time from a notification's write to the run start or model round that takes it in.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800, 3600},
+		}),
+		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vigil_sse_clients", Help: "Event stream clients connected.",
+		}),
+		sseEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_sse_events_total", Help: "Events written to event stream clients.",
+		}),
+		written: map[string]map[core.NoteKey]time.Time{},
+	}
+	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.notesWritten, m.notesDelivered, m.messages, m.drops,
+		m.modelCalls, m.modelDuration, m.wakeLatency, m.sseClients, m.sseEvents,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry, to add collectors of one's own.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, ErrorHandling: promhttp.ContinueOnError})
+}
+
+// attach adds the scrape-time gauges of rt. Only the first runtime
+// attached is measured.
+func (m *Metrics) attach(rt *vigil.Runtime) {
+	if rt == nil {
+		return
+	}
+	m.attachOnce.Do(func() { m.reg.MustRegister(newRuntimeCollector(rt)) })
+}
+
+// Committed implements vigil.Observer.
+func (m *Metrics) Committed(session string, events []core.Event) {
+	for _, e := range events {
+		switch b := e.Body.(type) {
+		case *core.RunStarted:
+			m.runsStarted.WithLabelValues(string(b.Kind)).Inc()
+			m.delivered(session, b.Notes, e.At)
+		case *core.ItemsJoined:
+			m.delivered(session, b.Notes, e.At)
+		case *core.RunEnded:
+			m.runsEnded.WithLabelValues(string(b.Status)).Inc()
+		case *core.NotificationWritten:
+			m.notesWritten.WithLabelValues(b.Note.Status).Inc()
+			if b.Note.Delivery == core.DeliverToolResult {
+				m.notesDelivered.WithLabelValues(string(core.DeliverToolResult)).Inc()
+				continue
+			}
+			m.mu.Lock()
+			w := m.written[session]
+			if w == nil {
+				w = map[core.NoteKey]time.Time{}
+				m.written[session] = w
+			}
+			w[b.Note.Key] = e.At
+			m.mu.Unlock()
+		case *core.NotificationDropped:
+			m.mu.Lock()
+			delete(m.written[session], b.Key)
+			m.mu.Unlock()
+		case *core.MessageSent:
+			if b.Msg.Outcome != core.OutcomePending {
+				m.messages.WithLabelValues(string(b.Msg.Outcome)).Inc()
+			}
+		case *core.MessageResolved:
+			m.messages.WithLabelValues(string(b.Outcome)).Inc()
+		case *core.SessionClosed:
+			m.mu.Lock()
+			delete(m.written, session)
+			m.mu.Unlock()
+		}
+	}
+}
+
+// delivered counts notifications taken in by a run and observes their
+// wake latency. A notification written before this process started has no
+// write time here: it is counted, not timed.
+func (m *Metrics) delivered(session string, keys []core.NoteKey, at time.Time) {
+	if len(keys) == 0 {
+		return
+	}
+	m.notesDelivered.WithLabelValues(string(core.DeliverInbox)).Add(float64(len(keys)))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.written[session]
+	for _, k := range keys {
+		if t, ok := w[k]; ok {
+			m.wakeLatency.Observe(max(at.Sub(t), 0).Seconds())
+			delete(w, k)
+		}
+	}
+	if len(w) == 0 {
+		delete(m.written, session)
+	}
+}
+
+// Dropped implements vigil.Observer.
+func (m *Metrics) Dropped(session, what, reason string) {
+	m.drops.WithLabelValues(reason).Inc()
+}
+
+// ModelCall implements vigil.Observer.
+func (m *Metrics) ModelCall(provider string, d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.modelCalls.WithLabelValues(provider, outcome).Inc()
+	m.modelDuration.WithLabelValues(provider).Observe(d.Seconds())
+}
+
+// runtimeCollector reads gauges from the runtime at scrape time: levels,
+// not edges, so they are right after a restart too.
+type runtimeCollector struct {
+	rt       *vigil.Runtime
+	inbox    *prometheus.Desc
+	sessions *prometheus.Desc
+}
+
+func newRuntimeCollector(rt *vigil.Runtime) *runtimeCollector {
+	return &runtimeCollector{
+		rt:       rt,
+		inbox:    prometheus.NewDesc("vigil_inbox_depth", "Items queued in the inboxes of an open session's agents (sum).", []string{"session"}, nil),
+		sessions: prometheus.NewDesc("vigil_sessions", "Sessions in the store, by state (open or closed).", []string{"state"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *runtimeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inbox
+	ch <- c.sessions
+}
+
+// Collect implements prometheus.Collector.
+func (c *runtimeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.rt.Sessions(ctx, &store.SessionListParams{})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.sessions, err)
+		return
+	}
+	open, closed := 0, 0
+	for _, row := range rows {
+		if row.Closed {
+			closed++
+			continue
+		}
+		open++
+		depth := 0
+		err := c.rt.Inspect(ctx, row.ID, func(s *core.State) {
+			for _, a := range s.Agents {
+				depth += len(a.Inbox)
+			}
+		})
+		if err != nil {
+			continue // gone since the listing
+		}
+		ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(depth), row.ID)
+	}
+	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(open), "open")
+	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(closed), "closed")
+}
