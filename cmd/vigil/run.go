@@ -98,14 +98,17 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	var id string
+	closedAlready := false
 	if *resume != "" {
 		if sf.memory {
 			return &exitError{code: 2, err: errors.New("--resume needs a durable store, not --memory")}
 		}
 		id = *resume
-		if _, err := rt.State(ctx, id); err != nil {
+		prev, err := rt.State(ctx, id)
+		if err != nil {
 			return fmt.Errorf("resume %s: %w", id, err)
 		}
+		closedAlready = prev.Session.Closed
 		if fs.NArg() == 1 {
 			if _, err := rt.Prompt(ctx, id, fs.Arg(0), core.PriorityNext); err != nil {
 				return err
@@ -152,8 +155,14 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}()
-	waitErr := rt.WaitQuiescent(tctx, id)
-	if waitErr == nil && !*keepOpen {
+	var waitErr error
+	if !closedAlready { // a session closed before is done: just report it
+		waitErr = rt.WaitQuiescent(tctx, id)
+		if errors.Is(waitErr, vigil.ErrNoSession) {
+			return fmt.Errorf("session %s is held by another live vigil process, which will finish it", id)
+		}
+	}
+	if waitErr == nil && !*keepOpen && !closedAlready {
 		// Done: close the session so no later vigil takes it over.
 		if err := rt.CloseSession(ctx, id, "vigil run"); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
 			logger.Warn("could not close the finished session", "session", id, "err", err)
