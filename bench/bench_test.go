@@ -63,3 +63,16 @@ func TestWorkloadsDeliver(t *testing.T) {
 		t.Fatalf("notifications: %v %v", s, err)
 	}
 }
+
+func TestRecoveryTakesOver(t *testing.T) {
+	for _, snap := range []bool{false, true} {
+		s, last, err := Recovery(context.Background(), Config{Store: memstore.New(), DataDir: t.TempDir(), N: 12000}, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last < 12000 {
+			t.Fatalf("generated %d events", last)
+		}
+		t.Logf("snapshot=%v: %d events recovered in %s", snap, last, s.Elapsed)
+	}
+}
