@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/vigilrun/vigil/chat"
 )
 
 // DriverCaller: the agent is an outside caller (an MCP client) that never
@@ -101,5 +103,8 @@ func (st *stepper) callerAck(in CallerAck) {
 	ids, notes := itemIDs(items)
 	seq := len(a.Runs) + 1
 	st.emit(&RunStarted{Agent: a.ID, Seq: seq, Kind: RunKind(items[0].Kind), Items: ids, Notes: notes})
+	st.releaseGatesOf(a, items)
+	// What the caller read is its transcript.
+	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: st.renderItems(items)}})
 	st.emit(&RunEnded{Agent: a.ID, Seq: seq, Status: RunCompleted, Reply: fmt.Sprintf("the caller acknowledged %d item(s)", len(ids))})
 }

@@ -113,6 +113,35 @@ func (Deliver) effectName() string      { return "deliver" }
 func (Interrupt) effectName() string    { return "interrupt" }
 func (StopExternal) effectName() string { return "stop-external" }
 
+// RunCancelling records that a provider process was asked to end the
+// current turn because the run was cancelled.
+type RunCancelling struct {
+	Agent    AgentID   `json:"agent"`
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+func (*RunCancelling) Type() string { return "run.cancelling" }
+func (e *RunCancelling) apply(s *State, _ time.Time) {
+	if r := s.Agents[e.Agent].Run; r != nil {
+		r.Cancelling = e.Deadline
+	}
+}
+
+// cancelTimeout bounds how long a provider process may take to end a
+// cancelled turn.
+const cancelTimeout = 30 * time.Second
+
+// cancelExternal asks the provider process to end the run's turn; the run
+// ends when it does, or at the deadline.
+func (st *stepper) cancelExternal(a *Agent, why string) {
+	if a.Run == nil || !a.Run.Cancelling.IsZero() {
+		return
+	}
+	st.emit(&RunCancelling{Agent: a.ID, Deadline: st.now.Add(cancelTimeout), Reason: why})
+	st.effect(Interrupt{Agent: a.ID})
+}
+
 // ProcessRecorded records an agent's provider process and session.
 type ProcessRecorded struct {
 	Agent      AgentID `json:"agent"`
@@ -132,7 +161,10 @@ func (e *ProcessRecorded) apply(s *State, _ time.Time) {
 	}
 }
 
-func init() { register(func() Body { return &ProcessRecorded{} }) }
+func init() {
+	register(func() Body { return &ProcessRecorded{} })
+	register(func() Body { return &RunCancelling{} })
+}
 
 func (st *stepper) external(a *Agent) bool { return a != nil && a.Driver == DriverExternal }
 
@@ -181,8 +213,11 @@ func (st *stepper) mirror(a *Agent, external string) *Agent {
 	if external == "" {
 		return a
 	}
-	for _, id := range st.s.TaskOrder {
-		if t := st.s.Tasks[id]; t.External == external && t.Kind == TaskAgent {
+	for i := len(st.s.TaskOrder) - 1; i >= 0; i-- {
+		if t := st.s.Tasks[st.s.TaskOrder[i]]; t.External == external && t.Kind == TaskAgent {
+			if t.Status == TaskLost || t.Status == TaskClosed {
+				return nil
+			}
 			return st.s.Agents[t.Agent]
 		}
 	}
@@ -226,11 +261,14 @@ func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
 	if in.Usage != (chat.Usage{}) {
 		st.emit(&ModelCallEnded{Agent: a.ID, Call: "", Outcome: "completed", Usage: in.Usage})
 	}
-	if in.IsError {
+	switch {
+	case !a.Run.Cancelling.IsZero():
+		st.endRun(a, RunCancelled, in.Result, "cancelled")
+	case in.IsError:
 		st.endRun(a, RunFailed, "", in.Result)
-		return
+	default:
+		st.endRun(a, RunCompleted, in.Result, "")
 	}
-	st.endRun(a, RunCompleted, in.Result, "")
 }
 
 // mirrorAgent creates the vigil agent and task that mirror a provider
@@ -266,13 +304,18 @@ func (st *stepper) externalTask(in ExternalTask) {
 		st.drop("provider task "+in.ID, "not-external", "the agent is not driven by a provider process")
 		return
 	}
+	running := in.Status == "running" || in.Status == "pending" || in.Status == ""
+	// The newest task of that provider id and kind; one that ended lost
+	// belongs to a process that is gone, and a new task may reuse its id.
 	var t *Task
-	for _, id := range st.s.TaskOrder {
-		if x := st.s.Tasks[id]; x.External == in.ID {
-			t = x
+	for i := len(st.s.TaskOrder) - 1; i >= 0; i-- {
+		if x := st.s.Tasks[st.s.TaskOrder[i]]; x.External == in.ID && x.Kind == in.Kind {
+			if x.Status != TaskLost && x.Status != TaskClosed {
+				t = x
+			}
+			break
 		}
 	}
-	running := in.Status == "running" || in.Status == "pending" || in.Status == ""
 	if in.Kind == TaskShell {
 		if t == nil {
 			owner := a

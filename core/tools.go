@@ -514,6 +514,10 @@ func (st *stepper) cancelRun(in CancelRun) {
 		if in.Reason != "" {
 			why += ": " + in.Reason
 		}
+		if st.external(a) && a.Owner == "" {
+			st.cancelExternal(a, why)
+			return
+		}
 		st.endRun(a, RunCancelled, "", why)
 	}
 }
@@ -637,6 +641,10 @@ func (st *stepper) providerWake(in ProviderWake) {
 		st.drop("provider wake for "+string(in.Agent), "agent-closed", in.Evidence)
 		return
 	}
+	if a.Driver == DriverExternal && a.Owner != "" {
+		st.drop("provider wake for "+string(in.Agent), "mirrored-subagent", "a subagent inside a provider process is woken by its process, not by vigil")
+		return
+	}
 	if st.cfg.Inject == BugHeldContinuation {
 		if a.Gate != nil {
 			return // the 002 bug: swallowed while the sticky gate is set
@@ -685,6 +693,10 @@ func (st *stepper) tick() {
 			st.emit(&GateReleased{Agent: a.ID, Gen: g.Gen, Outcome: GateDeadline})
 		}
 		if a.Run == nil {
+			continue
+		}
+		if d := a.Run.Cancelling; !d.IsZero() && !d.After(st.now) {
+			st.endRun(a, RunCancelled, "", "cancelled; the provider process did not end its turn when asked")
 			continue
 		}
 		for _, tc := range a.Run.Tools {
@@ -778,6 +790,7 @@ func NextDeadline(s *State) time.Time {
 			consider(a.Gate.Deadline)
 		}
 		if a.Run != nil {
+			consider(a.Run.Cancelling)
 			for _, tc := range a.Run.Tools {
 				if !tc.Done {
 					consider(tc.Deadline)

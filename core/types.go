@@ -251,6 +251,9 @@ type Run struct {
 	// PendingSends are messages sent to this agent while Call was in flight;
 	// the call's answer decides their outcome.
 	PendingSends []MsgID `json:"pending_sends,omitempty"`
+	// Cancelling is the deadline of a cancel asked of a provider process:
+	// the run ends when the process ends its turn, or at this deadline.
+	Cancelling time.Time `json:"cancelling,omitzero"`
 	// Finalizing is set only by the injected notified-flag bug: the run's
 	// reply is in but its stop notification has not been written yet.
 	Finalizing bool       `json:"finalizing,omitempty"`

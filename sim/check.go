@@ -86,7 +86,13 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				c.violate("1", fmt.Sprintf("notification %s written %d times", k, c.notes[k]))
 			}
 		case *core.RunStarted:
-			c.runs[runKey(b.Agent, b.Seq)] = &runInfo{lastJoin: c.idx, lastCall: -1}
+			ri := &runInfo{lastJoin: c.idx, lastCall: -1}
+			if a := s.Agents[b.Agent]; a.Driver != core.DriverLoop {
+				// A provider process or an outside caller gets the items
+				// when the run starts; there is no model round of ours.
+				ri.lastCall = c.idx
+			}
+			c.runs[runKey(b.Agent, b.Seq)] = ri
 			c.cur[b.Agent] = b.Seq
 			if a := s.Agents[b.Agent]; a.Task != "" && b.Seq > 1 {
 				prev := core.NoteKey{Task: a.Task, Run: b.Seq - 1}.String()
@@ -195,7 +201,13 @@ func (c *checker) stateRules() {
 			continue
 		}
 		// Rule 4: an idle agent with an item it may take starts a run.
-		if a.Run == nil {
+		// An outside caller takes its items itself; a mirrored subagent is
+		// run by its provider process and never has items.
+		if a.Driver == core.DriverCaller || (a.Driver == core.DriverExternal && a.Owner != "") {
+			if a.Owner != "" && len(a.Inbox) > 0 {
+				c.violate("4", fmt.Sprintf("mirrored subagent %s has %d queued item(s) nobody takes", a.Name, len(a.Inbox)))
+			}
+		} else if a.Run == nil {
 			for _, it := range a.Inbox {
 				if !heldByUser(s, it) {
 					if s.Hold != nil && it.Kind != core.KindPrompt {
@@ -235,6 +247,12 @@ func (c *checker) stateRules() {
 	// Rule 7: a live shell task has a live process.
 	for _, id := range s.TaskOrder {
 		t := s.Tasks[id]
+		if t.External != "" {
+			if t.Status.Live() && (c.w.proc == nil || !c.w.proc.alive) {
+				c.violate("7", fmt.Sprintf("mirrored task %s is %s but its provider process is gone", id, t.Status))
+			}
+			continue
+		}
 		if t.Kind == core.TaskShell && t.Status.Live() {
 			if p := c.w.procs[id]; p == nil || !p.alive {
 				c.violate("7", fmt.Sprintf("task %s is %s but its process is gone", id, t.Status))
@@ -299,7 +317,7 @@ func (c *checker) end() {
 		if n.Dropped != "" {
 			continue
 		}
-		delivered := n.Delivery == core.DeliverToolResult
+		delivered := n.Delivery == core.DeliverToolResult || n.Delivery == core.DeliverProvider
 		if n.Item != "" {
 			if info := c.items[n.Item]; info != nil && info.taken == 1 {
 				delivered = true
@@ -353,6 +371,9 @@ func (c *checker) checkMsg(m *core.Msg) {
 		}
 		c.violate("3", fmt.Sprintf("message %s (%s) to %s was never answered", m.ID, m.Outcome, target.Name))
 		return
+	}
+	if target.Driver == core.DriverCaller {
+		return // taken by the caller's acknowledgement: nothing more to promise
 	}
 	if m.AnsweredBy != info.run {
 		c.violate("3", fmt.Sprintf("message %s: state says run %d answered, events say %d", m.ID, m.AnsweredBy, info.run))

@@ -62,6 +62,9 @@ type Result struct {
 	Trace []string
 	// Duration is the virtual time the run took.
 	Duration time.Duration
+	// Mode says how the session was driven: loop, external (a provider
+	// process) or caller (an outside caller).
+	Mode string
 }
 
 // world is one simulated run.
@@ -81,14 +84,20 @@ type world struct {
 	chk   *checker
 	trace []string
 
-	procs    map[core.TaskID]*proc
-	calls    map[core.CallID]*wev // pending model answers, by call
-	tools    map[string]*wev      // pending tool results, by agent/use id
-	tickAt   time.Time
-	budget   budget
-	names    int
-	wakeSeq  int
-	approved map[core.ApprovalID]bool
+	procs  map[core.TaskID]*proc
+	calls  map[core.CallID]*wev // pending model answers, by call
+	tools  map[string]*wev      // pending tool results, by agent/use id
+	tickAt time.Time
+	budget budget
+	names  int
+	// mode is how the session is driven; proc is the simulated provider
+	// process of an external main agent.
+	mode       mode
+	proc       *extProcess
+	extIDs     int
+	ackPending bool
+	wakeSeq    int
+	approved   map[core.ApprovalID]bool
 }
 
 type proc struct {
@@ -160,6 +169,13 @@ func Run(opts Options) Result {
 		cfg.MaxConcurrentCalls = 1 + w.rng.IntN(3)
 	}
 	w.core = core.New(cfg)
+	switch k := w.rng.IntN(10); {
+	case k < 2:
+		w.mode = modeExternal
+	case k < 4:
+		w.mode = modeCaller
+	}
+	w.res.Mode = [...]string{"loop", "external", "caller"}[w.mode]
 	w.chk = newChecker(w)
 	w.budget = budget{spawns: 1 + w.rng.IntN(6), sends: w.rng.IntN(12), shells: w.rng.IntN(6), timers: w.rng.IntN(3), rounds: 30 + w.rng.IntN(60)}
 	w.generateWorkload()
@@ -224,6 +240,7 @@ func (w *world) step(in core.Input, name string) {
 		return
 	}
 	w.runEffects(out.Effects)
+	w.scheduleAck()
 	w.chk.stateRules()
 	w.armTick()
 }
@@ -242,6 +259,13 @@ func (w *world) crash() {
 		}
 	}
 	w.procs = map[core.TaskID]*proc{}
+	if w.proc != nil {
+		w.proc.alive = false // it dies with vigil
+		for _, e := range w.proc.pending {
+			e.dead = true
+		}
+	}
+	w.ackPending = false
 	w.calls = map[core.CallID]*wev{}
 	w.tools = map[string]*wev{}
 	w.state = core.Replay(w.log)
@@ -374,6 +398,8 @@ func (w *world) runEffects(effects []core.Effect) {
 		case core.Finalize:
 			in := core.FinalizeRun{Agent: ef.Agent, Seq: ef.Seq}
 			w.schedule(w.at(w.latency(1, 3000)), w.inc, "finalize", func() core.Input { return in })
+		case core.Deliver, core.Interrupt, core.StopExternal:
+			w.externalEffect(ef)
 		}
 	}
 }

@@ -12,16 +12,30 @@ import (
 // generateWorkload schedules what the outside world does: the session and
 // its first prompt, then user actions at random times.
 func (w *world) generateWorkload() {
-	mode := core.PermBypass
+	perm := core.PermBypass
 	if w.rng.IntN(4) == 0 {
-		mode = core.PermAsk
+		perm = core.PermAsk
 	}
+	driver := map[mode]core.Driver{modeLoop: core.DriverLoop, modeExternal: core.DriverExternal, modeCaller: core.DriverCaller}[w.mode]
 	w.schedule(w.now, 0, "create session", func() core.Input {
-		return core.CreateSession{
-			Session: core.Session{ID: core.SessionID(fmt.Sprintf("sim%d", w.opts.Seed)), Permissions: core.Permissions{Mode: mode}},
-			Prompt:  w.token("prompt"),
+		in := core.CreateSession{
+			Session: core.Session{ID: core.SessionID(fmt.Sprintf("sim%d", w.opts.Seed)), Permissions: core.Permissions{Mode: perm}},
+			Driver:  driver,
 		}
+		if w.mode != modeCaller {
+			in.Prompt = w.token("prompt")
+		}
+		return in
 	})
+	if w.mode == modeCaller {
+		for i := range 1 + w.rng.IntN(3) {
+			at := w.now.Add(time.Duration(i) * time.Millisecond)
+			w.schedule(at, 0, "spawn agent", func() core.Input {
+				w.names++
+				return core.SpawnAgent{Name: fmt.Sprintf("w%d", w.names), Prompt: w.token("task")}
+			})
+		}
+	}
 	horizon := time.Duration(5+w.rng.IntN(60)) * time.Second
 	n := 3 + w.rng.IntN(20)
 	for range n {
@@ -44,7 +58,13 @@ func (w *world) generateWorkload() {
 			w.schedule(release, 0, "resume", func() core.Input { return core.ResumeQueue{By: "sim"} })
 		case k < 62:
 			w.schedule(at, 0, "provider wake", func() core.Input {
-				return core.ProviderWake{Agent: core.AgentID(pick(w, w.state.Order)), Evidence: w.wakeToken()}
+				var ids []core.AgentID
+				for _, id := range w.state.Order {
+					if a := w.state.Agents[id]; a.Driver != core.DriverExternal || a.Owner == "" {
+						ids = append(ids, id) // mirrored subagents are woken by their process
+					}
+				}
+				return core.ProviderWake{Agent: pick(w, ids), Evidence: w.wakeToken()}
 			})
 		case k < 70:
 			w.schedule(at, 0, "cancel run", func() core.Input {

@@ -44,6 +44,7 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 		mu                               sync.Mutex
 		steps, crashes, runs, notes, bad int64
 		firstBad                         *sim.Result
+		modes                            = map[string]int{}
 	)
 	next := from
 	var wg sync.WaitGroup
@@ -66,6 +67,7 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 				crashes += int64(r.Crashes)
 				runs += int64(r.Runs)
 				notes += int64(r.Notes)
+				modes[r.Mode]++
 				if r.First != nil {
 					bad++
 					if firstBad == nil || r.Seed < firstBad.Seed {
@@ -87,6 +89,7 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "vigil sim (%s): %d seeds from %d, %d steps, %d runs, %d notifications, %d crashes recovered, %d seeds with violations, %s\n",
 		label, n, from, steps, runs, notes, crashes, bad, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "sessions by driver: %d vigil loop, %d provider process, %d outside caller\n", modes["loop"], modes["external"], modes["caller"])
 	if firstBad != nil {
 		fmt.Fprintf(e.stdout, "first violation: seed %d: %s\nreplay with: vigil sim --seed %d", firstBad.Seed, firstBad.First, firstBad.Seed)
 		if bug != core.BugNone {

@@ -1,0 +1,211 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/core"
+)
+
+// mode is how a seed's session is driven.
+type mode int
+
+const (
+	// modeLoop: vigil runs the agent loop (most seeds).
+	modeLoop mode = iota
+	// modeExternal: a simulated provider process runs the main agent's
+	// turns, its own subagents and background commands, and wakes itself.
+	modeExternal
+	// modeCaller: the main agent is an outside caller that spawns agents
+	// and acknowledges its notifications.
+	modeCaller
+)
+
+// extProcess is the simulated provider process of an external main agent.
+// It runs one turn at a time, starts background tasks of its own, wakes
+// itself when they finish, and sometimes dies.
+type extProcess struct {
+	alive   bool
+	inc     int64
+	busy    bool     // a turn is in progress
+	queue   []string // delivered texts waiting for their turn
+	tasks   map[string]core.TaskKind
+	pending []*wev // its future frames, cancelled when it dies
+	wakes   int    // finished tasks whose wake turn has not run yet
+	turn    int    // the number of the current (or last) turn
+	// last is when the last turn frame was scheduled.
+	last time.Time
+}
+
+func (w *world) ext() *extProcess {
+	if w.proc == nil || !w.proc.alive || w.proc.inc != w.inc {
+		w.proc = &extProcess{alive: true, inc: w.inc, tasks: map[string]core.TaskKind{}}
+		p := w.proc
+		w.frame(p, w.latency(1, 50), "provider started", func() core.Input {
+			return core.ProviderStarted{Agent: core.MainAgent, PID: 4242, StartTicks: uint64(w.inc)}
+		})
+	}
+	return w.proc
+}
+
+// frame schedules one frame of a turn, after the turn frames scheduled
+// before it: a process sends a turn's frames in order.
+func (w *world) frame(p *extProcess, d time.Duration, name string, in func() core.Input) time.Time {
+	at := w.at(d)
+	if !at.After(p.last) {
+		at = p.last.Add(time.Microsecond)
+	}
+	p.last = at
+	return w.frameAt(p, at, name, in)
+}
+
+// frameAt schedules a frame at a time of its own (a background task's end).
+func (w *world) frameAt(p *extProcess, at time.Time, name string, in func() core.Input) time.Time {
+	e := w.schedule(at, p.inc, name, func() core.Input {
+		if !p.alive {
+			return nil
+		}
+		return in()
+	})
+	p.pending = append(p.pending, e)
+	return at
+}
+
+// externalEffect handles the effects aimed at the provider process.
+func (w *world) externalEffect(ef core.Effect) {
+	switch ef := ef.(type) {
+	case core.Deliver:
+		p := w.ext()
+		p.queue = append(p.queue, ef.Text)
+		w.nextTurn(p)
+	case core.Interrupt:
+		if p := w.proc; p != nil && p.alive && p.busy {
+			// An interrupt ends the turn it was asked for; a turn that
+			// ended meanwhile is not touched, nor the next one.
+			turn := p.turn
+			w.frame(p, w.latency(1, 100), "turn interrupted", func() core.Input {
+				if p.turn != turn {
+					return nil
+				}
+				return w.endTurn(p, "interrupted", false)
+			})
+		}
+	case core.StopExternal:
+		if p := w.proc; p != nil && p.alive {
+			if kind, ok := p.tasks[ef.Task]; ok {
+				id := ef.Task
+				w.frame(p, w.latency(1, 200), "external task stopped", func() core.Input {
+					if _, live := p.tasks[id]; !live {
+						return nil
+					}
+					delete(p.tasks, id)
+					p.wakes++
+					defer w.nextTurn(p)
+					return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "killed", Summary: "stopped", Notify: true}
+				})
+			}
+		}
+	}
+}
+
+// nextTurn starts the process's next turn when it is free: one for a
+// delivered text, else a wake for finished background work.
+func (w *world) nextTurn(p *extProcess) {
+	if p.busy || !p.alive {
+		return
+	}
+	wake := false
+	switch {
+	case len(p.queue) > 0:
+		p.queue = p.queue[1:]
+	case p.wakes > 0:
+		p.wakes = 0
+		wake = true
+	default:
+		return
+	}
+	p.busy = true
+	p.turn++
+	turn := p.turn
+	w.frame(p, w.latency(1, 100), "turn started", func() core.Input {
+		return core.ExternalTurnStarted{Agent: core.MainAgent, Session: "ext-session"}
+	})
+	w.frame(p, w.latency(5, 800), "turn output", func() core.Input {
+		return core.ExternalMessage{Agent: core.MainAgent, Message: chat.Message{Role: chat.RoleAssistant, Content: []chat.Block{chat.Text("working")}}}
+	})
+	if !wake && w.budget.spawns > 0 && w.rng.IntN(2) == 0 {
+		w.budget.spawns--
+		w.extIDs++
+		id := fmt.Sprintf("x%d", w.extIDs)
+		kind := core.TaskAgent
+		if w.rng.IntN(2) == 0 {
+			kind = core.TaskShell
+		}
+		p.tasks[id] = kind
+		started := w.frame(p, w.latency(1, 300), "external task started", func() core.Input {
+			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "running", Description: "background " + id}
+		})
+		w.frameAt(p, started.Add(w.latency(50, 8000)), "external task finished", func() core.Input {
+			if _, live := p.tasks[id]; !live {
+				return nil
+			}
+			delete(p.tasks, id)
+			p.wakes++
+			defer w.nextTurn(p)
+			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "completed", Summary: "result of " + id, Notify: true}
+		})
+	}
+	w.frame(p, w.latency(10, 1500), "turn ended", func() core.Input {
+		if p.turn != turn {
+			return nil
+		}
+		return w.endTurn(p, "turn result", wake)
+	})
+	if w.rng.IntN(12) == 0 {
+		// The process dies at some point: its later frames never come.
+		w.frame(p, w.latency(1, 3000), "provider died", func() core.Input {
+			p.alive = false
+			for _, e := range p.pending {
+				e.dead = true
+			}
+			return core.ProviderExited{Agent: core.MainAgent, Reason: "simulated crash"}
+		})
+	}
+}
+
+func (w *world) endTurn(p *extProcess, result string, wake bool) core.Input {
+	if !p.busy {
+		return nil
+	}
+	p.busy = false
+	defer w.nextTurn(p)
+	return core.ExternalTurnEnded{Agent: core.MainAgent, Result: result, Wake: wake, NumTurns: 1}
+}
+
+// scheduleAck makes the outside caller acknowledge some of its inbox a bit
+// later, so a caller session always drains.
+func (w *world) scheduleAck() {
+	if w.mode != modeCaller || w.ackPending {
+		return
+	}
+	main := w.state.Agents[core.MainAgent]
+	if main == nil || len(main.Inbox) == 0 {
+		return
+	}
+	w.ackPending = true
+	w.schedule(w.at(w.latency(1, 3000)), 0, "caller ack", func() core.Input {
+		w.ackPending = false
+		var ids []core.ItemID
+		for _, it := range w.state.Agents[core.MainAgent].Inbox {
+			if w.rng.IntN(3) != 0 {
+				ids = append(ids, it.ID)
+			}
+		}
+		if len(ids) == 0 {
+			w.scheduleAck()
+			return nil
+		}
+		return core.CallerAck{Agent: core.MainAgent, Items: ids}
+	})
+}
