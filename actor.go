@@ -55,6 +55,10 @@ type actor struct {
 	moved bool // the lease was lost
 
 	sinceSnap int
+	// snapBytes is the size of the last snapshot: a large state is
+	// snapshotted less often, so snapshots cost time in proportion to the
+	// events that pass, not to the square of the session's length.
+	snapBytes int
 	subs      *fanout
 	quiet     []chan struct{}
 	msgWait   map[core.MsgID][]chan core.Msg
@@ -395,6 +399,7 @@ func (a *actor) saveSnapshot(s *core.State) error {
 	if err != nil {
 		return fmt.Errorf("encode snapshot: %w", err)
 	}
+	a.snapBytes = len(data)
 	return a.rt.st.SnapshotSave(a.ctx, &store.SnapshotSaveParams{Session: string(a.id), Epoch: a.lease.Epoch, Seq: s.Seq, Data: data})
 }
 
@@ -424,7 +429,7 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 	a.startEffects(effects)
 	a.armTimer()
 	a.sinceSnap += len(events)
-	if a.sinceSnap >= a.rt.opts.SnapshotEvery {
+	if a.sinceSnap >= max(a.rt.opts.SnapshotEvery, a.snapBytes/1024) {
 		if err := a.saveSnapshot(a.state); err != nil {
 			a.rt.log.Warn("snapshot failed; recovery will replay more events", "session", a.id, "err", err)
 		} else {

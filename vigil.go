@@ -80,7 +80,8 @@ type Options struct {
 	Logger *slog.Logger
 	// NewID makes session ids; the default is random.
 	NewID func() string
-	// SnapshotEvery saves a state snapshot after this many events (5000).
+	// SnapshotEvery saves a state snapshot after this many events (5000),
+	// or after one event per KiB of the last snapshot when that is more.
 	SnapshotEvery int
 	// Observer, when set, is told about runtime events (for metrics).
 	Observer Observer

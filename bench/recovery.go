@@ -15,8 +15,8 @@ import (
 // Generate writes a session of at least n events to st without a runtime:
 // the core is stepped directly, a main agent messaging ten workers that
 // answer at once, and the events are appended in batches with their
-// projections. With snapshot, a state snapshot is saved every 5000 events
-// as the runtime does. It returns the session id.
+// projections. With snapshot, state snapshots are saved as the runtime
+// saves them (every 5000 events, or one event per KiB of the last snapshot). It returns the session id.
 func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string, error) {
 	const id = "bench-recovery"
 	c := core.New(core.Config{})
@@ -28,7 +28,7 @@ func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string
 	now := time.Now()
 	var pending []core.Event
 	var calls []core.CallModel
-	total, sinceSnap := 0, 0
+	total, sinceSnap, snapBytes := 0, 0, 0
 	flush := func() error {
 		if len(pending) == 0 {
 			return nil
@@ -47,11 +47,12 @@ func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string
 		total += len(pending)
 		sinceSnap += len(pending)
 		pending = pending[:0]
-		if snapshot && sinceSnap >= 5000 {
+		if snapshot && sinceSnap >= max(5000, snapBytes/1024) {
 			b, err := json.Marshal(s)
 			if err != nil {
 				return err
 			}
+			snapBytes = len(b)
 			if err := st.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: id, Epoch: lease.Epoch, Seq: s.Seq, Data: b}); err != nil {
 				return fmt.Errorf("snapshot: %w", err)
 			}
