@@ -275,7 +275,7 @@ func (a *actor) forget(in core.Input) {
 	case core.Tick:
 		a.timerAt = time.Time{} // the timer fired; armTimer sets the next
 	case core.ProviderExited:
-		if x := a.ext[in.Agent]; x != nil && x.exited {
+		if x := a.ext[in.Agent]; x != nil && x.isExited() {
 			x.stop()
 			delete(a.ext, in.Agent)
 		}

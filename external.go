@@ -1,6 +1,7 @@
 package vigil
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -17,15 +18,17 @@ type extProc struct {
 	ops   chan func()
 	quit  chan struct{}
 	once  sync.Once
-	// proc is touched only by the worker goroutine.
+
+	mu sync.Mutex
+	// proc is the running process, nil when none.
 	proc provider.SessionProcess
-	// exited is set on the actor goroutine when the process is gone.
+	// exited is set when the current process is gone: the worker is done.
 	exited bool
 }
 
 // extFor returns the worker of an agent's provider process, creating it.
 func (a *actor) extFor(agent core.AgentID) *extProc {
-	if x := a.ext[agent]; x != nil && !x.exited {
+	if x := a.ext[agent]; x != nil && !x.isExited() {
 		return x
 	}
 	x := &extProc{a: a, agent: agent, ops: make(chan func(), 64), quit: make(chan struct{})}
@@ -34,14 +37,26 @@ func (a *actor) extFor(agent core.AgentID) *extProc {
 	return x
 }
 
+func (x *extProc) isExited() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.exited
+}
+
+func (x *extProc) current() provider.SessionProcess {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.proc
+}
+
 func (x *extProc) run() {
 	for {
 		select {
 		case op := <-x.ops:
 			op()
 		case <-x.quit:
-			if x.proc != nil {
-				_ = x.proc.Close()
+			if p := x.current(); p != nil {
+				_ = p.Close()
 			}
 			return
 		}
@@ -53,10 +68,11 @@ func (x *extProc) stop() { x.once.Do(func() { close(x.quit) }) }
 // do runs f on the process, if one is running.
 func (x *extProc) do(f func(provider.SessionProcess) error) {
 	x.enqueue(func() {
-		if x.proc == nil {
+		p := x.current()
+		if p == nil {
 			return
 		}
-		if err := f(x.proc); err != nil {
+		if err := f(p); err != nil {
 			x.a.rt.log.Warn("provider process operation failed", "session", x.a.id, "agent", x.agent, "err", err)
 		}
 	})
@@ -69,9 +85,10 @@ func (x *extProc) enqueue(op func()) {
 	}
 }
 
-// deliver hands a run's items to the process, starting it first when
-// needed. A process that cannot start or take the items ends the run
-// through ProviderExited, like any process that goes away.
+// deliver hands a run's items to the process, starting one first when
+// there is none or the one there is ending. A process that cannot start or
+// take the items ends the run through ProviderExited, like any process
+// that goes away.
 func (x *extProc) deliver(ef core.Deliver) {
 	a := x.a
 	drv := a.rt.opts.Drivers[ef.Provider]
@@ -83,31 +100,57 @@ func (x *extProc) deliver(ef core.Deliver) {
 		Resume: ef.Resume, PermissionMode: a.state.Session.Permissions.Mode,
 	}
 	x.enqueue(func() {
-		if x.proc == nil {
-			if drv == nil {
-				a.submitEffect(core.ProviderExited{Agent: ef.Agent, Reason: fmt.Sprintf("no session driver %q is configured", ef.Provider)})
+		if p := x.current(); p != nil {
+			err := p.Deliver(ef.Text, ef.Priority)
+			if err == nil {
 				return
 			}
-			var mu sync.Mutex
-			st.Emit = func(in core.Input) {
-				mu.Lock()
-				defer mu.Unlock()
-				if _, ok := in.(core.ProviderExited); ok {
-					a.submitControl(func() { x.exited = true })
-				}
-				a.submitEffect(in)
-			}
-			p, err := drv.Start(a.ctx, st)
-			if err != nil {
-				a.submitEffect(core.ProviderExited{Agent: ef.Agent, Reason: "could not start: " + err.Error()})
+			if !errors.Is(err, provider.ErrProcessEnded) {
+				a.rt.log.Warn("could not deliver to the provider process; ending it", "session", a.id, "agent", ef.Agent, "err", err)
+				_ = p.Close()
 				return
 			}
-			x.proc = p
-			a.submitEffect(core.ProviderStarted{Agent: ef.Agent, PID: p.PID(), StartTicks: p.StartTicks()})
+			// The process was ending (an idle release): a new one takes
+			// the items. The old one's exit names its pid, so the core
+			// tells it from the new one.
+			a.rt.log.Info("provider process was ending; starting a new one", "session", a.id, "agent", ef.Agent)
+			x.mu.Lock()
+			x.proc = nil
+			x.mu.Unlock()
 		}
-		if err := x.proc.Deliver(ef.Text, ef.Priority); err != nil {
-			a.rt.log.Warn("could not deliver to the provider process; ending it", "session", a.id, "agent", ef.Agent, "err", err)
-			_ = x.proc.Close()
+		if drv == nil {
+			a.submitEffect(core.ProviderExited{Agent: ef.Agent, Reason: fmt.Sprintf("no session driver %q is configured", ef.Provider)})
+			return
+		}
+		var started provider.SessionProcess
+		var emitMu sync.Mutex
+		st.Emit = func(in core.Input) {
+			emitMu.Lock()
+			defer emitMu.Unlock()
+			if _, ok := in.(core.ProviderExited); ok {
+				x.mu.Lock()
+				if x.proc == started || x.proc == nil {
+					x.exited = true
+				}
+				x.mu.Unlock()
+			}
+			a.submitEffect(in)
+		}
+		emitMu.Lock()
+		p, err := drv.Start(a.ctx, st)
+		started = p
+		emitMu.Unlock()
+		if err != nil {
+			a.submitEffect(core.ProviderExited{Agent: ef.Agent, Reason: "could not start: " + err.Error()})
+			return
+		}
+		x.mu.Lock()
+		x.proc = p
+		x.mu.Unlock()
+		a.submitEffect(core.ProviderStarted{Agent: ef.Agent, PID: p.PID(), StartTicks: p.StartTicks()})
+		if err := p.Deliver(ef.Text, ef.Priority); err != nil {
+			a.rt.log.Warn("could not deliver to the new provider process; ending it", "session", a.id, "agent", ef.Agent, "err", err)
+			_ = p.Close()
 		}
 	})
 }

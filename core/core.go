@@ -270,6 +270,10 @@ func (st *stepper) handle(in Input) {
 		st.providerStarted(in)
 	case ProviderExited:
 		if a, ok := st.externalAgent(in.Agent); ok {
+			if in.PID != 0 && a.PID != 0 && in.PID != a.PID {
+				st.drop("exit of provider process "+itoa(in.PID), "stale-provider-exit", "a newer process runs the agent")
+				return
+			}
 			st.providerExited(a, in.Reason)
 		} else {
 			st.drop("provider exit of "+string(in.Agent), "not-external", in.Reason)

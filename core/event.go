@@ -232,6 +232,7 @@ type TaskUpdated struct {
 	Status     TaskStatus `json:"status"`
 	ExitCode   *int       `json:"exit_code,omitempty"`
 	OutputTail string     `json:"output_tail,omitempty"`
+	OutputPath string     `json:"output_path,omitempty"`
 	Ended      bool       `json:"ended,omitempty"`
 }
 
@@ -244,6 +245,9 @@ func (e *TaskUpdated) apply(s *State, at time.Time) {
 	}
 	if e.OutputTail != "" {
 		t.OutputTail = e.OutputTail
+	}
+	if e.OutputPath != "" {
+		t.OutputPath = e.OutputPath
 	}
 	if e.Ended {
 		t.Ended = at

@@ -46,6 +46,8 @@ type ExternalTurnEnded struct {
 	// Wake is set when the provider says the turn answered its own
 	// background work (a task notification).
 	Wake bool
+	// Interrupted is set when the turn was cut short by an interrupt.
+	Interrupted bool
 }
 
 // ExternalTask mirrors a subagent or background command of the provider
@@ -62,7 +64,9 @@ type ExternalTask struct {
 	OutputPath  string
 	Summary     string
 	Usage       chat.Usage
-	Notify      bool
+	// ExitCode is a background command's exit status, when known.
+	ExitCode *int
+	Notify   bool
 }
 
 // ProviderStarted records the provider process of an agent.
@@ -73,9 +77,11 @@ type ProviderStarted struct {
 }
 
 // ProviderExited says the provider process of an agent ended, after every
-// frame it sent was applied.
+// frame it sent was applied. PID, when set, names the process: the exit of
+// a process that is no longer the agent's (a newer one runs) is stale.
 type ProviderExited struct {
 	Agent  AgentID
+	PID    int
 	Reason string
 }
 
@@ -128,6 +134,58 @@ func (e *RunCancelling) apply(s *State, _ time.Time) {
 	}
 }
 
+// NotesDelivered records that a provider process took in notifications it
+// delivers itself: they reached a run of their owner.
+type NotesDelivered struct {
+	Agent AgentID   `json:"agent"`
+	Run   int       `json:"run"`
+	Keys  []NoteKey `json:"keys"`
+}
+
+func (*NotesDelivered) Type() string { return "notifications.delivered" }
+func (e *NotesDelivered) apply(s *State, _ time.Time) {
+	for _, k := range e.Keys {
+		if n := s.Note(k); n != nil {
+			n.DeliveredRun = e.Run
+		}
+	}
+	if r := s.Agents[e.Agent].Run; r != nil {
+		r.Delivered = append(r.Delivered, e.Keys...)
+	}
+}
+
+// NotificationRequeued moves a notification the provider process was to
+// deliver, but died before it did, into an inbox.
+type NotificationRequeued struct {
+	Key   NoteKey `json:"key"`
+	Owner AgentID `json:"owner"`
+	Item  ItemID  `json:"item"`
+}
+
+func (*NotificationRequeued) Type() string { return "notification.requeued" }
+func (e *NotificationRequeued) apply(s *State, _ time.Time) {
+	if n := s.Note(e.Key); n != nil {
+		n.Delivery, n.Owner, n.Item = DeliverInbox, e.Owner, e.Item
+	}
+}
+
+// providerDelivered marks the notifications a provider process delivers
+// itself as delivered to a's run that just started.
+func (st *stepper) providerDelivered(a *Agent) {
+	if a.Run == nil {
+		return
+	}
+	var keys []NoteKey
+	for _, k := range st.s.NoteOrder {
+		if n := st.s.Note(k); n.Delivery == DeliverProvider && n.Owner == a.ID && n.DeliveredRun == 0 && n.Dropped == "" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		st.emit(&NotesDelivered{Agent: a.ID, Run: a.Run.Seq, Keys: keys})
+	}
+}
+
 // cancelTimeout bounds how long a provider process may take to end a
 // cancelled turn.
 const cancelTimeout = 30 * time.Second
@@ -164,6 +222,8 @@ func (e *ProcessRecorded) apply(s *State, _ time.Time) {
 func init() {
 	register(func() Body { return &ProcessRecorded{} })
 	register(func() Body { return &RunCancelling{} })
+	register(func() Body { return &NotesDelivered{} })
+	register(func() Body { return &NotificationRequeued{} })
 }
 
 func (st *stepper) external(a *Agent) bool { return a != nil && a.Driver == DriverExternal }
@@ -206,6 +266,8 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 		// The process began a turn on its own: record it at once.
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 	}
+	// A turn takes in every notification the process holds for the agent.
+	st.providerDelivered(a)
 }
 
 // mirror returns the agent an external message or task belongs to.
@@ -241,6 +303,7 @@ func (st *stepper) externalMessage(in ExternalMessage) {
 			kind = RunKind(KindSpawn)
 		}
 		st.emit(&RunStarted{Agent: target.ID, Seq: len(target.Runs) + 1, Kind: kind})
+		st.providerDelivered(target)
 	}
 	st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
 }
@@ -264,6 +327,8 @@ func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
 	switch {
 	case !a.Run.Cancelling.IsZero():
 		st.endRun(a, RunCancelled, in.Result, "cancelled")
+	case in.Interrupted:
+		st.endRun(a, RunCancelled, in.Result, "interrupted by a now-priority item")
 	case in.IsError:
 		st.endRun(a, RunFailed, "", in.Result)
 	default:
@@ -316,6 +381,13 @@ func (st *stepper) externalTask(in ExternalTask) {
 			break
 		}
 	}
+	if t == nil && !running {
+		// A report about a task this process never showed running (the
+		// CLI reports a previous process's tasks after a resume): they
+		// ended lost already.
+		st.drop("provider task "+in.ID, "stale-provider-report", "no live task has this id; status "+in.Status)
+		return
+	}
 	if in.Kind == TaskShell {
 		if t == nil {
 			owner := a
@@ -336,7 +408,7 @@ func (st *stepper) externalTask(in ExternalTask) {
 			return
 		}
 		status := externalStatus(in.Status)
-		st.emit(&TaskUpdated{Task: t.ID, Status: status, OutputTail: in.Summary, Ended: true})
+		st.emit(&TaskUpdated{Task: t.ID, Status: status, OutputTail: in.Summary, ExitCode: in.ExitCode, OutputPath: in.OutputPath, Ended: true})
 		st.writeExternalNote(t, NoteKey{Task: t.ID}, string(status), in.Summary, in.Usage, DeliverProvider)
 		return
 	}
@@ -349,6 +421,7 @@ func (st *stepper) externalTask(in ExternalTask) {
 	if running {
 		if m.Run == nil && m.State != AgentClosed {
 			st.emit(&RunStarted{Agent: m.ID, Seq: len(m.Runs) + 1, Kind: RunKind(KindSpawn)})
+			st.providerDelivered(m)
 		}
 		return
 	}
@@ -390,7 +463,7 @@ func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary strin
 		return
 	}
 	n := Note{Key: key, Owner: t.Owner, Agent: t.Agent, Kind: t.Kind, Status: status, Reply: summary, Output: summary,
-		OutputPath: t.OutputPath, Usage: usage, Duration: st.now.Sub(t.Started), Delivery: d}
+		OutputPath: t.OutputPath, ExitCode: t.ExitCode, Usage: usage, Duration: st.now.Sub(t.Started), Delivery: d}
 	if ag := st.s.Agents[t.Agent]; ag != nil {
 		n.AgentName = ag.Name
 	}
@@ -460,6 +533,21 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 				st.endMirrorRun(m, TaskLost, why, chat.Usage{}, DeliverInbox)
 			}
 		}
+	}
+	// Notifications the process was to deliver itself but had not: they go
+	// to the agent's inbox, so the next process hears of them.
+	for _, k := range st.s.NoteOrder {
+		n := st.s.Note(k)
+		if n.Delivery != DeliverProvider || n.DeliveredRun != 0 || n.Dropped != "" {
+			continue
+		}
+		if t := st.s.Tasks[k.Task]; t == nil || !st.ownedBy(t, a) {
+			continue
+		}
+		item := st.nextItemID()
+		st.emit(&NotificationRequeued{Key: k, Owner: a.ID, Item: item})
+		key := k
+		st.enqueue(a, Item{ID: item, Kind: KindNotification, Priority: PriorityNext, From: string(n.Agent), Note: &key})
 	}
 	if a.Run != nil {
 		st.endRun(a, RunInterrupted, "", why)

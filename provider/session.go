@@ -2,9 +2,14 @@ package provider
 
 import (
 	"context"
+	"errors"
 
 	"github.com/vigilrun/vigil/core"
 )
+
+// ErrProcessEnded is returned by a SessionProcess that is ending or gone
+// (an idle release, an exit): the caller starts a new process.
+var ErrProcessEnded = errors.New("provider process ended")
 
 // SessionDriver is a provider that runs an agent's turns itself, in a
 // long-lived process with its own subagents and background tasks: the

@@ -317,7 +317,7 @@ func (c *checker) end() {
 		if n.Dropped != "" {
 			continue
 		}
-		delivered := n.Delivery == core.DeliverToolResult || n.Delivery == core.DeliverProvider
+		delivered := n.Delivery == core.DeliverToolResult || (n.Delivery == core.DeliverProvider && n.DeliveredRun > 0)
 		if n.Item != "" {
 			if info := c.items[n.Item]; info != nil && info.taken == 1 {
 				delivered = true

@@ -177,6 +177,10 @@ func Project(s *core.State, events []core.Event) *Projection {
 			}
 		case *core.NotificationDropped:
 			updNotes = append(updNotes, b.Key)
+		case *core.NotificationRequeued:
+			updNotes = append(updNotes, b.Key)
+		case *core.NotesDelivered:
+			updNotes = append(updNotes, b.Keys...)
 		}
 		for _, k := range deliveredNotes(e.Body) {
 			updNotes = append(updNotes, k)

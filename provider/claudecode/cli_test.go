@@ -857,7 +857,7 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 	if len(runs) != 3 {
 		t.Fatalf("main runs: %+v", runs)
 	}
-	if runs[1].Status != core.RunFailed || !strings.Contains(runs[1].Error, "aborted_streaming") {
+	if runs[1].Status != core.RunCancelled || !strings.Contains(runs[1].Error, "interrupted") || !strings.Contains(runs[1].Reply, "aborted_streaming") {
 		t.Errorf("interrupted run: %+v", runs[1])
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
@@ -313,7 +315,7 @@ func (m *mapper) taskNotification(f taskFrame, out []core.Input) []core.Input {
 	}
 	return append(out, core.ExternalTask{
 		Agent: m.agent, ID: f.TaskID, Kind: kind, Description: f.Description, Status: status,
-		OutputPath: f.OutputFile, Summary: f.Summary, Usage: usage, Notify: true,
+		OutputPath: f.OutputFile, Summary: f.Summary, Usage: usage, ExitCode: exitCode(kind, f.Summary), Notify: true,
 	})
 }
 
@@ -443,7 +445,8 @@ func (m *mapper) result(line []byte, out []core.Input) []core.Input {
 	}
 	return append(out, core.ExternalTurnEnded{
 		Agent: m.agent, Result: res, IsError: f.IsError, Usage: usage, NumTurns: f.NumTurns,
-		Wake: f.Origin != nil && f.Origin.Kind == "task-notification",
+		Wake:        f.Origin != nil && f.Origin.Kind == "task-notification",
+		Interrupted: strings.HasPrefix(f.TerminalReason, "aborted"),
 	})
 }
 
@@ -455,4 +458,25 @@ func (m *mapper) liveTasks() []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// exitCodeRe finds the exit status in a background command's notification
+// summary: `Background command "x" completed (exit code 0)` or `... failed
+// with exit code 3`.
+var exitCodeRe = regexp.MustCompile(`exit code (-?\d+)`)
+
+// exitCode returns a shell task's exit status from its summary, or nil.
+func exitCode(kind core.TaskKind, summary string) *int {
+	if kind != core.TaskShell {
+		return nil
+	}
+	m := exitCodeRe.FindStringSubmatch(summary)
+	if m == nil {
+		return nil
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return nil
+	}
+	return &n
 }

@@ -24,7 +24,7 @@ import (
 )
 
 // ErrEnded is returned by a process's methods once it is ending or gone.
-var ErrEnded = errors.New("claude code process ended")
+var ErrEnded = provider.ErrProcessEnded
 
 // Why the driver ended a process; empty when the process ended on its own.
 const (
@@ -215,7 +215,7 @@ func (p *process) finish(werr error) {
 	} else {
 		p.log.Info("claude code: process ended", "pid", p.pid, "reason", reason)
 	}
-	p.emit(core.ProviderExited{Agent: p.agent, Reason: reason})
+	p.emit(core.ProviderExited{Agent: p.agent, PID: p.pid, Reason: reason})
 	p.d.forget(p)
 	close(p.done)
 }
