@@ -134,7 +134,7 @@ func TestTranscriptJSONL(t *testing.T) {
 		for _, l := range lines {
 			var x struct {
 				Type, Operation, Kind, Agent, Content string
-				At                                     time.Time `json:"timestamp"`
+				At                                    time.Time `json:"timestamp"`
 			}
 			if err := json.Unmarshal([]byte(l), &x); err != nil {
 				t.Fatalf("bad line %q: %v", l, err)

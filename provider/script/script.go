@@ -435,10 +435,22 @@ type MessageData struct {
 	ID, From, Text string
 }
 
-var (
-	tagRe = regexp.MustCompile(`(?s)<([a-z-]+)>(.*?)</[a-z-]+>`)
-	msgRe = regexp.MustCompile(`(?s)<agent-message id="([^"]*)" from="([^"]*)"[^>]*>\n(.*)\n</agent-message>`)
-)
+var msgRe = regexp.MustCompile(`(?s)<agent-message id="([^"]*)" from="([^"]*)"[^>]*>\n(.*)\n</agent-message>`)
+
+// innerTag returns the text between <name> and </name> in s.
+func innerTag(s, name string) string {
+	open, closing := "<"+name+">", "</"+name+">"
+	i := strings.Index(s, open)
+	if i < 0 {
+		return ""
+	}
+	rest := s[i+len(open):]
+	j := strings.Index(rest, closing)
+	if j < 0 {
+		return ""
+	}
+	return rest[:j]
+}
 
 func templateData(req *provider.Request) Data {
 	d := Data{Agent: req.AgentName, Call: req.CallID}
@@ -454,8 +466,8 @@ func templateData(req *provider.Request) Data {
 			switch textKind(b.Text) {
 			case "notification":
 				tags := map[string]string{}
-				for _, m := range tagRe.FindAllStringSubmatch(b.Text, -1) {
-					tags[m[1]] = m[2]
+				for _, name := range []string{"task-id", "key", "agent", "status", "result", "answered-messages", "exit-code"} {
+					tags[name] = innerTag(b.Text, name)
 				}
 				agent := tags["agent"]
 				if i := strings.Index(agent, " ("); i >= 0 {

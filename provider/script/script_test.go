@@ -20,7 +20,7 @@ agents:
       - say: "second"
     on:
       notification:
-        - say: "got {{.Notification.Agent}} {{.Notification.Status}} {{.Notification.Result}}"
+        - say: "got {{.Notification.Agent}} {{.Notification.Status}} {{.Notification.Result}} {{.Notification.Task}} {{.Notification.Key}}"
           tools:
             - SendMessage: {to: "{{.Notification.Agent}}", message: "thanks"}
         - say: "after tools"
@@ -71,7 +71,7 @@ func TestTurnsAndReactions(t *testing.T) {
 	}
 	// A notification selects the reactive list; its tool result continues it.
 	r = answer(t, p, "main", user("build"), assistant(), toolResult(), assistant(), user(note))
-	if got := r.Content[0].Text; got != "got w1 completed 42" {
+	if got := r.Content[0].Text; got != "got w1 completed 42 t1 t1#1" {
 		t.Errorf("notification turn = %q", got)
 	}
 	if !strings.Contains(string(r.Content[1].Input), `"to":"w1"`) {
