@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/vigilrun/vigil/config"
 	"github.com/vigilrun/vigil/examples"
 	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/provider/claudecode"
 	"github.com/vigilrun/vigil/provider/script"
 )
 
@@ -20,7 +22,7 @@ type providerFlags struct {
 }
 
 func (f *providerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "provider", "", "model provider: anthropic, openai, script, or one named in the config file\n(default: the config's, else anthropic when ANTHROPIC_API_KEY is set, else openai when OPENAI_API_KEY is set, else the scripted demo)")
+	fs.StringVar(&f.name, "provider", "", "model provider: anthropic, openai, claude-code, script, or one named in the config file\n(default: the config's, else anthropic when ANTHROPIC_API_KEY is set, else openai when OPENAI_API_KEY is set, else the scripted demo)")
 	fs.StringVar(&f.model, "model", "", "model name (default: the config's, else the provider's)")
 	fs.StringVar(&f.script, "script", "", "scenario file for the script provider (default: the built-in coordinator demo)")
 }
@@ -28,6 +30,7 @@ func (f *providerFlags) register(fs *flag.FlagSet) {
 // providerSet is what a command runs sessions with.
 type providerSet struct {
 	providers     map[string]provider.Provider
+	drivers       map[string]provider.SessionDriver
 	name          string // the default provider
 	model         string
 	subagentModel string
@@ -44,7 +47,7 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 	if err != nil {
 		return nil, err
 	}
-	set := &providerSet{providers: map[string]provider.Provider{}, cfg: cfg, model: cfg.Model, subagentModel: cfg.SubagentModel}
+	set := &providerSet{providers: map[string]provider.Provider{}, drivers: map[string]provider.SessionDriver{}, cfg: cfg, model: cfg.Model, subagentModel: cfg.SubagentModel}
 	if f.model != "" {
 		set.model = f.model
 	}
@@ -76,6 +79,17 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 		return nil, err
 	}
 	set.providers["script"] = script.New(sc, &script.Options{Logger: logger})
+	// Claude Code: a driver per provider of kind claude-code, and one named
+	// claude-code when asked for by name.
+	for _, n := range append(cfg.Names(), "claude-code") {
+		pc, configured := cfg.Providers[n]
+		if (configured && pc.Kind == "claude-code") || (!configured && n == "claude-code" && name == n) {
+			set.drivers[n] = claudecode.New(claudecode.Options{Path: pc.Path, Model: pc.Model, Logger: logger, IdleRelease: 10 * time.Minute})
+		}
+	}
+	if _, ok := set.drivers[name]; ok {
+		return set, nil
+	}
 	if name != "script" {
 		p, err := cfg.Build(name, logger)
 		if err != nil {
