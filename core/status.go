@@ -84,8 +84,8 @@ func agentStatus(s *State, a *Agent) InboxStatus {
 		why = fmt.Sprintf("items join run %d at its next model round; model call %s in flight", r.Seq, r.Call.ID)
 		st.ClearsOn = "the model answers"
 	case a.State == AgentWaiting:
-		for _, p := range s.Approvals {
-			if p.Agent == a.ID {
+		for _, id := range sortedApprovals(s) {
+			if p := s.Approvals[id]; p.Agent == a.ID {
 				why = fmt.Sprintf("run %d waits for permission request %s (%s)", r.Seq, p.ID, p.Tool)
 				st.Until = p.Deadline
 				st.ClearsOn = "an answer to the request, or its deadline (then denied)"
