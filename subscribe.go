@@ -141,7 +141,9 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, read func(context.Conte
 			for {
 				recs, err := read(ctx, last)
 				if err != nil {
-					r.log.Warn("event stream: store read failed; ending the stream", "err", err)
+					if ctx.Err() == nil {
+						r.log.Warn("event stream: store read failed; ending the stream", "err", err)
+					}
 					return false
 				}
 				for _, rec := range recs {

@@ -53,7 +53,19 @@ func (s *Server) routes() []route {
 		{method: "GET", path: sess + "/notifications", handler: h(s.listNotes)},
 		{method: "GET", path: sess + "/approvals", handler: h(s.listApprovals)},
 		{method: "POST", path: sess + "/approvals/{approval}", handler: h(s.answerApproval)},
+		{method: "GET", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
+		{method: "POST", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
+		{method: "DELETE", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
 	}
+}
+
+// mcp serves the MCP tools over streamable HTTP (Options.MCP).
+func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
+	if s.opts.MCP == nil {
+		writeError(w, notFound("MCP is not enabled on this server"))
+		return
+	}
+	s.opts.MCP.ServeHTTP(w, r)
 }
 
 // handle adapts a handler that returns an error; the error is written as

@@ -49,6 +49,10 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Defaults fill in what POST /api/sessions leaves out.
 	Defaults SessionDefaults
+	// MCP, when set, is served at /mcp behind the same bearer token: the
+	// streamable HTTP transport of the MCP tools (mcpserver.Server.Handler).
+	// Without it /mcp answers 404.
+	MCP http.Handler
 }
 
 // SessionDefaults are the server's choices for a new session that makes

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/server"
 )
 
@@ -80,7 +81,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	}
 	metrics := server.NewMetrics()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node,
+		Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node,
 		Logger: logger, Observer: metrics,
 	})
 	if err != nil {
@@ -91,10 +92,18 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	if c := provs.cfg; c != nil {
 		defaults.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.Allow, Deny: c.Deny}
 	}
-	srv := server.New(rt, server.Options{Token: token, Logger: logger, Metrics: metrics, ShutdownTimeout: *shutdown, Defaults: defaults})
+	mcpSrv := mcpserver.New(rt, &mcpserver.Options{
+		Logger: logger, Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Permissions: defaults.Permissions,
+	})
+	// At shutdown the MCP waits in flight end first, so that they do not
+	// hold the graceful shutdown for their whole timeout.
+	stopMCP := context.AfterFunc(ctx, func() { mcpSrv.Close() })
+	defer stopMCP()
+	defer mcpSrv.Close()
+	srv := server.New(rt, server.Options{Token: token, Logger: logger, Metrics: metrics, ShutdownTimeout: *shutdown, Defaults: defaults, MCP: mcpSrv.Handler()})
 
 	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(e.stdout, "vigil serving on %s (API %s/api/, metrics %s/metrics)\n", base, base, base)
+	fmt.Fprintf(e.stdout, "vigil serving on %s (API %s/api/, MCP %s/mcp, metrics %s/metrics)\n", base, base, base, base)
 	if created {
 		fmt.Fprintf(e.stdout, "new API token (shown this once; kept in %s):\n  %s\n", tokenPath, token)
 		fmt.Fprintf(e.stdout, "open the UI: %s/#token=%s\n", base, token)

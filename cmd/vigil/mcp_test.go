@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/vigilrun/vigil/mcpserver"
+	"github.com/vigilrun/vigil/mcpserver/mcptest"
+	"github.com/vigilrun/vigil/store/sqlite"
+)
+
+// The MCP tests run the test binary as the vigil command (TestMain, with
+// VIGIL_AS_CLI=1) and kill it with SIGKILL in the middle of the
+// exactly-once scenario of package mcptest.
+
+// lockedBuf collects a child's stderr for the failure log.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mcpScenario is the scripted agents' scenario file.
+func mcpScenario(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("../../mcpserver/testdata/agents.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// vigilCmd returns the vigil command (this test binary) with a clean
+// environment: no config files, no API keys.
+func vigilCmd(t *testing.T, stderr *lockedBuf, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "VIGIL_AS_CLI=1", "HOME="+t.TempDir(), "XDG_CONFIG_HOME=", "VIGIL_OWNER=",
+		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "VIGIL_TOKEN=", "VIGIL_DATA=")
+	cmd.Stderr = stderr
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("vigil %s stderr:\n%s", args[0], stderr.String())
+		}
+	})
+	return cmd
+}
+
+func newKey(t *testing.T) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "owner-" + hex.EncodeToString(b)
+}
+
+// startMCP starts 'vigil mcp args...' and connects the SDK's client to it.
+func startMCP(t *testing.T, ctx context.Context, args ...string) (*mcp.ClientSession, *exec.Cmd) {
+	t.Helper()
+	cmd := vigilCmd(t, &lockedBuf{}, append([]string{"mcp"}, args...)...)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("start vigil mcp: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, cmd
+}
+
+// kill ends a child with SIGKILL and reaps it.
+func kill(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	_ = cmd.Wait()
+}
+
+// TestMCPStdioKillRestart runs the exactly-once scenario against 'vigil mcp
+// --data DIR' over stdio, kills it with SIGKILL while an agent's run is in
+// flight, starts it again on the same directory and reconnects with the
+// same owner key (the owner_key argument): every notification arrives
+// once, and the store holds exactly those, all delivered.
+func TestMCPStdioKillRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	args := []string{"--data", dir, "--provider", "script", "--script", mcpScenario(t)}
+	owner := newKey(t)
+	cs, cmd := startMCP(t, ctx, args...)
+	res := mcptest.ExactlyOnce(ctx, t, mcptest.Scenario{
+		Client: &mcptest.Client{CS: cs, OwnerKey: owner},
+		Restart: func() *mcptest.Client {
+			// SIGKILL; the client sees stdout end, closes and reaps it.
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cs.Wait()
+			cs, cmd = startMCP(t, ctx, args...)
+			return &mcptest.Client{CS: cs, OwnerKey: owner}
+		},
+	})
+	if err := cs.Close(); err != nil { // stdin closes: vigil mcp exits
+		t.Errorf("vigil mcp exit: %v", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vigil.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mcptest.CheckStore(ctx, t, st, owner, res.Collector.Keys())
+}
+
+// serveProc is a 'vigil serve' child.
+type serveProc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// startServeMCP starts 'vigil serve' on addr and waits for its banner.
+func startServeMCP(t *testing.T, ctx context.Context, dir, addr string) *serveProc {
+	t.Helper()
+	cmd := vigilCmd(t, &lockedBuf{}, "serve", "--addr", addr, "--data", dir, "--provider", "script", "--script", mcpScenario(t))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "vigil serving on "); ok {
+				u, _, _ := strings.Cut(rest, " ")
+				urls <- u
+			}
+		}
+		close(urls)
+	}()
+	select {
+	case u, ok := <-urls:
+		if !ok {
+			t.Fatal("vigil serve exited before serving")
+		}
+		return &serveProc{cmd: cmd, url: u}
+	case <-ctx.Done():
+		t.Fatal("vigil serve did not start")
+	}
+	return nil
+}
+
+// headers adds a bearer token and an owner key to every request.
+type headers struct{ token, owner string }
+
+func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if h.token != "" {
+		r.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	r.Header.Set(mcpserver.OwnerHeader, h.owner)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func connectServe(ctx context.Context, url, token, owner string) (*mcp.ClientSession, error) {
+	tr := &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: headers{token, owner}}, MaxRetries: -1}
+	return mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, tr, nil)
+}
+
+func readToken(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestMCPServeKillRestart runs the exactly-once scenario over streamable
+// HTTP against 'vigil serve' on a random loopback port (bearer token;
+// without it, 401), kills the server with SIGKILL in the middle, starts it
+// again on the same port and directory, and reconnects with the same
+// owner (the Vigil-Owner header).
+func TestMCPServeKillRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	sp := startServeMCP(t, ctx, dir, "127.0.0.1:0")
+	token := readToken(t, dir)
+	owner := newKey(t)
+	if _, err := connectServe(ctx, sp.url, "", owner); err == nil {
+		t.Fatal("connected to /mcp without the token")
+	}
+	resp, err := http.Post(sp.url+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d, want 401", resp.StatusCode)
+	}
+	cs, err := connectServe(ctx, sp.url, token, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := mcptest.ExactlyOnce(ctx, t, mcptest.Scenario{
+		Client: &mcptest.Client{CS: cs},
+		Restart: func() *mcptest.Client {
+			kill(t, sp.cmd)
+			cs.Close()
+			sp = startServeMCP(t, ctx, dir, strings.TrimPrefix(sp.url, "http://"))
+			if cs, err = connectServe(ctx, sp.url, token, owner); err != nil {
+				t.Fatal(err)
+			}
+			return &mcptest.Client{CS: cs}
+		},
+	})
+	cs.Close()
+	kill(t, sp.cmd)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vigil.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mcptest.CheckStore(ctx, t, st, owner, res.Collector.Keys())
+}
+
+// TestMCPBridgeKillRestart runs the scenario through 'vigil mcp --server'
+// (stdio in front, the server's /mcp behind) and kills the server, not the
+// bridge, in the middle: the bridge reconnects with the same owner.
+func TestMCPBridgeKillRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	sp := startServeMCP(t, ctx, dir, "127.0.0.1:0")
+	owner := newKey(t)
+	cs, _ := startMCP(t, ctx, "--server", sp.url, "--data", dir, "--owner", owner)
+	res := mcptest.ExactlyOnce(ctx, t, mcptest.Scenario{
+		Client: &mcptest.Client{CS: cs},
+		Restart: func() *mcptest.Client {
+			kill(t, sp.cmd)
+			sp = startServeMCP(t, ctx, dir, strings.TrimPrefix(sp.url, "http://"))
+			return &mcptest.Client{CS: cs}
+		},
+	})
+	cs.Close()
+	kill(t, sp.cmd)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vigil.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mcptest.CheckStore(ctx, t, st, owner, res.Collector.Keys())
+}
+
+// TestMCPBridgeNeedsServer: without a server to bridge to, vigil mcp
+// --server fails at once with a clear message.
+func TestMCPBridgeNeedsServer(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code := runMain(context.Background(), e, []string{"mcp", "--server", "127.0.0.1:1", "--token", "x"})
+	if code == 0 || !strings.Contains(errb.String(), "cannot reach vigil") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if out.Len() != 0 {
+		t.Errorf("wrote to stdout (the protocol's): %q", out.String())
+	}
+}

@@ -1,0 +1,762 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+)
+
+// by is who the runtime records as the author of the callers' actions.
+const by = "mcp caller"
+
+// Caller is the owner key argument every tool takes.
+type Caller struct {
+	OwnerKey string `json:"owner_key,omitempty" jsonschema:"your owner key: the identity that owns your tasks. Leave it out to use this connection's; give the key spawn_agent returned to find your tasks again after a reconnect or a restart"`
+}
+
+func (c Caller) ownerKey() string { return c.OwnerKey }
+
+type keyed interface{ ownerKey() string }
+
+// SpawnInput is spawn_agent's input.
+type SpawnInput struct {
+	Caller
+	Prompt      string `json:"prompt" jsonschema:"the task for the agent"`
+	Name        string `json:"name,omitempty" jsonschema:"a name to address it by in send_message (unique among your open tasks); default: its session id"`
+	Description string `json:"description,omitempty" jsonschema:"a short description (default: the prompt's first line)"`
+	Provider    string `json:"provider,omitempty" jsonschema:"the model provider (default: the server's)"`
+	Model       string `json:"model,omitempty" jsonschema:"the model (default: the provider's)"`
+	Cwd         string `json:"cwd,omitempty" jsonschema:"its working directory (default: the server's)"`
+}
+
+// SpawnOutput is spawn_agent's result.
+type SpawnOutput struct {
+	Task     string `json:"task" jsonschema:"the task id, <session>/<task>"`
+	Session  string `json:"session"`
+	Agent    string `json:"agent" jsonschema:"the agent's name"`
+	OwnerKey string `json:"owner_key" jsonschema:"the identity that owns the task; pass it as owner_key after a reconnect"`
+	Detail   string `json:"detail"`
+}
+
+// SendInput is send_message's input.
+type SendInput struct {
+	Caller
+	Task     string `json:"task,omitempty" jsonschema:"the task whose agent gets the message, <session>/<task>"`
+	Agent    string `json:"agent,omitempty" jsonschema:"or the agent: its name, or <session>/<agent>"`
+	Message  string `json:"message" jsonschema:"the message"`
+	Priority string `json:"priority,omitempty" jsonschema:"now: interrupts the model round in flight; next (default): joins the running turn at its next model round; later: waits for the turn to end"`
+}
+
+// SendOutput is what happened to a message (DESIGN rule 3).
+type SendOutput struct {
+	Message       string   `json:"message" jsonschema:"the message id, <session>/<msg>"`
+	Task          string   `json:"task"`
+	Agent         string   `json:"agent"`
+	Outcome       string   `json:"outcome" jsonschema:"joined (the running turn sees it at its next round), queued-behind-stop (the agent was finishing run N; run N+1 answers), resumed (the agent was idle; a run started), rejected (not delivered; see reason)"`
+	Reason        string   `json:"reason,omitempty"`
+	Run           int      `json:"run,omitempty" jsonschema:"the run the outcome names: joined, resumed, or for queued-behind-stop the run that was stopping"`
+	Notifications []string `json:"notifications,omitempty" jsonschema:"the notifications that will carry the answer, in order"`
+	Detail        string   `json:"detail"`
+}
+
+// AckInput is ack's input.
+type AckInput struct {
+	Caller
+	IDs []string `json:"ids" jsonschema:"ids of notifications that wait returned"`
+}
+
+// AckOutput is ack's result.
+type AckOutput struct {
+	Acknowledged []string `json:"acknowledged"`
+	Detail       string   `json:"detail"`
+}
+
+// TaskInput names one task.
+type TaskInput struct {
+	Caller
+	Task string `json:"task" jsonschema:"the task id, <session>/<task>"`
+}
+
+// TaskStatusOutput is task_status's result.
+type TaskStatusOutput struct {
+	TaskInfo
+	Session       string        `json:"session"`
+	Runs          []RunInfo     `json:"runs" jsonschema:"the agent's runs, the one in progress last"`
+	Notifications []NoteInfo    `json:"notifications" jsonschema:"the task's notifications, one per run, acknowledged or not"`
+	Queue         []QueueItem   `json:"queue,omitempty" jsonschema:"items queued in the session's inboxes"`
+	Why           []QueueStatus `json:"why,omitempty" jsonschema:"why each non-empty inbox is not draining"`
+}
+
+// OutputInput is task_output's input.
+type OutputInput struct {
+	Caller
+	Task   string `json:"task" jsonschema:"the task id, <session>/<task>"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to read from (0)"`
+	Limit  int64  `json:"limit,omitempty" jsonschema:"bytes to read at most (65536)"`
+}
+
+// OutputOutput is task_output's result.
+type OutputOutput struct {
+	Task   string `json:"task"`
+	Kind   string `json:"kind" jsonschema:"agent: the agent's conversation as text; shell: the process's output"`
+	State  string `json:"state"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next" jsonschema:"the offset to read from next"`
+	EOF    bool   `json:"eof" jsonschema:"no more output for now"`
+	Data   string `json:"data"`
+}
+
+// StopInput is stop_task's input.
+type StopInput struct {
+	Caller
+	Task  string `json:"task" jsonschema:"the task id, <session>/<task>"`
+	Close bool   `json:"close,omitempty" jsonschema:"instead, close a task that is not running for good: it leaves list_tasks and cannot be resumed (refused while it runs or has notifications you have not acknowledged)"`
+}
+
+// StopOutput is stop_task's result.
+type StopOutput struct {
+	TaskInfo
+	Outcome string `json:"outcome" jsonschema:"stopped, closed, or not-running"`
+	Detail  string `json:"detail"`
+}
+
+// ListInput is list_tasks's input.
+type ListInput struct {
+	Caller
+	IncludeClosed bool `json:"include_closed,omitempty" jsonschema:"list closed tasks too"`
+}
+
+// ListOutput is list_tasks's result.
+type ListOutput struct {
+	Tasks    []TaskInfo `json:"tasks"`
+	OwnerKey string     `json:"owner_key"`
+}
+
+// QueueInput is queue_list's input.
+type QueueInput struct {
+	Caller
+	Task string `json:"task,omitempty" jsonschema:"only this task's session (default: all your open tasks)"`
+}
+
+// QueueOutput is queue_list's result.
+type QueueOutput struct {
+	Items  []QueueItem   `json:"items"`
+	Status []QueueStatus `json:"status" jsonschema:"why each non-empty inbox is not draining"`
+	Held   []string      `json:"held,omitempty" jsonschema:"tasks whose session holds its user prompts"`
+}
+
+// CancelInput is queue_cancel's input.
+type CancelInput struct {
+	Caller
+	Item string `json:"item" jsonschema:"the item id from queue_list, <session>/<item>"`
+}
+
+// HoldInput is hold's and resume's input.
+type HoldInput struct {
+	Caller
+	Task   string `json:"task" jsonschema:"the task whose session's user prompts to hold or release"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// DoneOutput is the result of an action with nothing more to say.
+type DoneOutput struct {
+	Detail string `json:"detail"`
+}
+
+// schemaFor infers T's input schema and lets patch refine it.
+func schemaFor[T any](patch func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: schema of %T: %v", *new(T), err)) // a programming error, caught by every test
+	}
+	if patch != nil {
+		patch(s.Properties)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// addTool registers a tool whose handler gets the caller's identity.
+func addTool[In keyed, Out any](s *Server, ms *mcp.Server, conn func(*mcp.CallToolRequest) string, t *mcp.Tool,
+	h func(ctx context.Context, owner string, in In) (Out, error)) {
+	mcp.AddTool(ms, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		var zero Out
+		owner, err := ownerOf(in.ownerKey(), conn(req))
+		if err != nil {
+			return nil, zero, err
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(s.ctx, cancel)
+		defer stop()
+		out, err := h(ctx, owner, in)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				err = errShuttingDown
+			}
+			s.log.Debug("mcp tool error", "tool", t.Name, "err", err)
+			return nil, zero, err
+		}
+		return nil, out, nil
+	})
+}
+
+// addTools registers every tool on ms.
+func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string) {
+	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)}
+	addTool(s, ms, conn, &mcp.Tool{
+		Name: "spawn_agent",
+		Description: "Start a durable background agent on a task and return its task id at once. " +
+			"When a run of it ends you get a notification (its reply): call wait to block until then. " +
+			"The agent and its notifications survive disconnects and restarts of vigil.",
+		InputSchema: schemaFor[SpawnInput](func(p map[string]*jsonschema.Schema) { p["prompt"].MinLength = ptr(1) }),
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
+	}, s.spawn)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name: "send_message",
+		Description: "Send a message to one of your agents (by task id or name), running or finished, and learn what happened to it: " +
+			"joined (its running turn sees it at its next round), queued-behind-stop (it was finishing run N; run N+1 answers: two notifications), " +
+			"resumed (it was idle; a run started) or rejected (with the reason). The answer comes as a notification: call wait.",
+		InputSchema: schemaFor[SendInput](func(p map[string]*jsonschema.Schema) {
+			p["message"].MinLength = ptr(1)
+			p["priority"].Enum = []any{"now", "next", "later"}
+		}),
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
+	}, s.sendMessage)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name: "wait",
+		Description: "Block until a notification from your agents arrives, or the timeout passes, and return every notification you have not acknowledged " +
+			"(each: key task#run, status, reply or exit code, the messages the run answered) and the tasks still running. " +
+			"Wait for one task, any of a list (tasks), or any of yours (no tasks). Pass the ids of the notifications the previous wait returned in ack: " +
+			"a notification is returned until acknowledged, and never after. Returns at once when nothing in scope is running.",
+		InputSchema: schemaFor[WaitInput](func(p map[string]*jsonschema.Schema) {
+			p["timeout_seconds"].Minimum = ptr(0.0)
+			p["timeout_seconds"].Maximum = ptr(s.opts.MaxWait.Seconds())
+		}),
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+	}, s.wait)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "ack",
+		Description: "Acknowledge notifications that wait returned: they are delivered and no wait returns them again. Acknowledging twice is harmless. (wait's ack argument does the same.)",
+		InputSchema: schemaFor[AckInput](nil),
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+	}, s.ackTool)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "task_status",
+		Description: "Show one of your tasks: its state, its runs with their replies, its notifications (acknowledged or not), its queue and why a queue is not draining.",
+		InputSchema: schemaFor[TaskInput](nil),
+		Annotations: readOnly,
+	}, s.taskStatus)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "task_output",
+		Description: "Read a task's output from a byte offset: an agent task's conversation as text, or a shell task's output. Returns next, the offset to read from next.",
+		InputSchema: schemaFor[OutputInput](func(p map[string]*jsonschema.Schema) {
+			p["offset"].Minimum = ptr(0.0)
+			p["limit"].Minimum = ptr(0.0)
+			p["limit"].Maximum = ptr(float64(1 << 20))
+		}),
+		Annotations: readOnly,
+	}, s.taskOutput)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name: "stop_task",
+		Description: "Stop the run in progress of one of your tasks (it ends cancelled, with a notification); send_message can resume it later. " +
+			"With close, close a finished task for good instead.",
+		InputSchema: schemaFor[StopInput](nil),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+	}, s.stopTask)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "list_tasks",
+		Description: "List your tasks with their state and how many of their notifications you have not acknowledged.",
+		InputSchema: schemaFor[ListInput](nil),
+		Annotations: readOnly,
+	}, s.listTasks)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "queue_list",
+		Description: "List what is queued in the inboxes of your tasks' sessions (messages, prompts, your unacknowledged notifications) and why a non-empty inbox is not draining.",
+		InputSchema: schemaFor[QueueInput](nil),
+		Annotations: readOnly,
+	}, s.queueList)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "queue_cancel",
+		Description: "Remove a queued prompt or continuation (from queue_list). Messages and notifications are always delivered and cannot be cancelled.",
+		InputSchema: schemaFor[CancelInput](nil),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+	}, s.queueCancel)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name: "hold",
+		Description: "Hold the user prompts queued in a task's session (a person's prompts to you, e.g. from the web UI) until resume. " +
+			"Holds are for people's prompts only: notifications and messages between agents are never held.",
+		InputSchema: schemaFor[HoldInput](nil),
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+	}, s.hold)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "resume",
+		Description: "Release the hold on a task's session's user prompts.",
+		InputSchema: schemaFor[HoldInput](nil),
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+	}, s.resume)
+}
+
+// validName reports whether a spawn name is usable.
+func validName(n string) error {
+	switch {
+	case n == "":
+		return nil
+	case len(n) > 64:
+		return errors.New("name is longer than 64 bytes")
+	case strings.ContainsAny(n, "/# \t\n"):
+		return fmt.Errorf("name %q: no '/', '#' or spaces, please", n)
+	case n == "main" || n == "user" || n == "you":
+		return fmt.Errorf("name %q is reserved", n)
+	}
+	return nil
+}
+
+func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnOutput, error) {
+	name := strings.TrimSpace(in.Name)
+	if strings.TrimSpace(in.Prompt) == "" {
+		return SpawnOutput{}, errors.New("prompt is empty")
+	}
+	if err := validName(name); err != nil {
+		return SpawnOutput{}, err
+	}
+	s.spawnMu.Lock()
+	defer s.spawnMu.Unlock()
+	if name != "" {
+		if _, _, task, err := s.findByName(ctx, owner, name); err == nil {
+			return SpawnOutput{}, fmt.Errorf("you have a task named %q already (%s); choose another name, or message it", name, task)
+		} else if !errors.Is(err, errNoTask) {
+			return SpawnOutput{}, err
+		}
+	}
+	p := vigil.SessionParams{
+		Title: firstLine(in.Description, 60), Provider: in.Provider, Cwd: in.Cwd, Permissions: s.opts.Permissions,
+		Owner: owner, Caller: true,
+	}
+	if p.Title == "" {
+		p.Title = firstLine(in.Prompt, 60)
+	}
+	if p.Provider == "" {
+		p.Provider = s.opts.Provider
+	}
+	if p.Provider == s.opts.Provider {
+		p.Model, p.SubagentModel = s.opts.Model, s.opts.SubagentModel
+		if p.SubagentModel == "" {
+			p.SubagentModel = s.opts.Model
+		}
+	}
+	if p.Cwd == "" {
+		p.Cwd = s.opts.Cwd
+	}
+	sess, err := s.rt.CreateSession(ctx, p)
+	if err != nil {
+		return SpawnOutput{}, fmt.Errorf("spawn: %w", s.actionErr("", err))
+	}
+	sid := string(sess.ID)
+	if name == "" {
+		name = sid
+	}
+	_, task, err := s.rt.Spawn(ctx, sid, vigil.SpawnParams{Name: name, Description: in.Description, Prompt: in.Prompt, Model: in.Model})
+	if err != nil {
+		// Leave no empty session behind.
+		if cerr := s.rt.CloseSession(context.WithoutCancel(ctx), sid, by); cerr != nil {
+			s.log.Warn("could not close the session of a failed spawn", "session", sid, "err", cerr)
+		}
+		return SpawnOutput{}, fmt.Errorf("spawn: %w", s.actionErr(sid, err))
+	}
+	s.spawnedNow(owner)
+	id := globalID(sess.ID, string(task))
+	s.log.Info("mcp: agent spawned", "task", id, "name", name)
+	return SpawnOutput{
+		Task: id, Session: sid, Agent: name, OwnerKey: owner,
+		Detail: fmt.Sprintf("%s is running in the background as task %s. Call wait to block until it reports; pass the ids wait returns in the ack of your next wait.", name, id),
+	}, nil
+}
+
+// findByName finds the caller's open task whose agent has this name.
+func (s *Server) findByName(ctx context.Context, owner, name string) (session string, agent core.AgentID, task string, err error) {
+	rows, err := s.sessions(ctx, owner, false)
+	if err != nil {
+		return "", "", "", err
+	}
+	var found []string
+	for _, row := range rows {
+		err := s.owned(ctx, owner, row.ID, row.ID, func(st *core.State) error {
+			for _, t := range callerTasks(st) {
+				if a := st.Agents[t.Agent]; a != nil && a.Name == name && a.State != core.AgentClosed {
+					session, agent = row.ID, a.ID
+					found = append(found, globalID(st.Session.ID, string(t.ID)))
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errNoTask) {
+			return "", "", "", err
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", "", "", fmt.Errorf("%w named %q (see list_tasks)", errNoTask, name)
+	case 1:
+		return session, agent, found[0], nil
+	}
+	return "", "", "", fmt.Errorf("more than one of your tasks has an agent named %q (%s); address it by task id", name, strings.Join(found, ", "))
+}
+
+func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (SendOutput, error) {
+	if strings.TrimSpace(in.Message) == "" {
+		return SendOutput{}, errors.New("message is empty")
+	}
+	prio, ok := core.ParsePriority(in.Priority)
+	if !ok {
+		return SendOutput{}, fmt.Errorf("priority %q: want now, next or later", in.Priority)
+	}
+	var session string
+	var agent core.AgentID
+	switch {
+	case in.Task != "" && in.Agent != "":
+		return SendOutput{}, errors.New("give task or agent, not both")
+	case in.Task != "":
+		ref, err := parseTask(in.Task)
+		if err != nil {
+			return SendOutput{}, err
+		}
+		err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+			t := st.Tasks[ref.task]
+			if t == nil || t.Kind != core.TaskAgent || st.Agents[t.Agent] == nil {
+				return notFoundTask(in.Task)
+			}
+			session, agent = ref.session, t.Agent
+			return nil
+		})
+		if err != nil {
+			return SendOutput{}, err
+		}
+	case strings.Contains(in.Agent, "/"):
+		sess, ref, _ := strings.Cut(in.Agent, "/")
+		err := s.owned(ctx, owner, sess, in.Agent, func(st *core.State) error {
+			a := agentByRef(st, ref)
+			if a == nil {
+				return fmt.Errorf("no agent %q", in.Agent)
+			}
+			session, agent = sess, a.ID
+			return nil
+		})
+		if err != nil {
+			return SendOutput{}, err
+		}
+	case in.Agent != "":
+		var err error
+		if session, agent, _, err = s.findByName(ctx, owner, in.Agent); err != nil {
+			return SendOutput{}, err
+		}
+	default:
+		return SendOutput{}, errors.New("give the task (or the agent) to send the message to")
+	}
+	mctx, cancel := context.WithTimeout(ctx, s.opts.MessageWait)
+	defer cancel()
+	m, err := s.rt.Message(mctx, session, string(agent), in.Message, prio)
+	if err != nil && (m == nil || m.Outcome != core.OutcomePending || ctx.Err() != nil) {
+		return SendOutput{}, s.actionErr(session, err)
+	}
+	var out SendOutput
+	if verr := s.rt.Inspect(ctx, session, func(st *core.State) { out = sendView(st, m) }); verr != nil {
+		return SendOutput{}, s.actionErr(session, verr)
+	}
+	return out, nil
+}
+
+// sendView explains a message's outcome.
+func sendView(st *core.State, m *core.Msg) SendOutput {
+	sid := st.Session.ID
+	out := SendOutput{Message: globalID(sid, string(m.ID)), Outcome: string(m.Outcome), Reason: m.Reason, Run: m.Run}
+	if cur := st.Msgs[m.ID]; cur != nil && cur.Outcome != core.OutcomePending {
+		out.Outcome, out.Reason, out.Run = string(cur.Outcome), cur.Reason, cur.Run
+	}
+	a := st.Agents[m.To]
+	name := "the agent"
+	var note func(run int) string
+	if a != nil {
+		name, out.Agent = a.Name, a.Name
+		out.Task = globalID(sid, string(a.Task))
+		note = func(run int) string { return globalID(sid, core.NoteKey{Task: a.Task, Run: run}.String()) }
+	}
+	switch core.MsgOutcome(out.Outcome) {
+	case core.OutcomeJoined:
+		out.Detail = fmt.Sprintf("%s is in run %d, which sees the message at its next model round.", name, out.Run)
+		if note != nil {
+			out.Notifications = []string{note(out.Run)}
+		}
+	case core.OutcomeQueuedBehindStop:
+		out.Detail = fmt.Sprintf("%s was finishing run %d when the message arrived; run %d answers it. You get two notifications: run %d's, then run %d's with the answer.",
+			name, out.Run, out.Run+1, out.Run, out.Run+1)
+		if note != nil {
+			out.Notifications = []string{note(out.Run), note(out.Run + 1)}
+		}
+	case core.OutcomeResumed:
+		out.Detail = fmt.Sprintf("%s was idle; run %d started with the message.", name, out.Run)
+		if note != nil {
+			out.Notifications = []string{note(out.Run)}
+		}
+	case core.OutcomeRejected:
+		out.Detail = "Not delivered: " + out.Reason
+	case core.OutcomePending:
+		out.Detail = fmt.Sprintf("%s's model round is still in flight; its answer decides between joined and queued-behind-stop. task_status shows the outcome later; either way the answer comes as a notification.", name)
+	}
+	if out.Outcome != string(core.OutcomeRejected) && out.Outcome != string(core.OutcomePending) {
+		out.Detail += " Call wait for the answer."
+	}
+	return out
+}
+
+func (s *Server) taskStatus(ctx context.Context, owner string, in TaskInput) (TaskStatusOutput, error) {
+	ref, err := parseTask(in.Task)
+	if err != nil {
+		return TaskStatusOutput{}, err
+	}
+	var out TaskStatusOutput
+	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+		t := st.Tasks[ref.task]
+		if t == nil {
+			return notFoundTask(in.Task)
+		}
+		out = TaskStatusOutput{TaskInfo: taskView(st, t), Session: ref.session, Runs: []RunInfo{}, Notifications: notesOf(st, t.ID),
+			Queue: queueOf(st), Why: queueStatus(st)}
+		if a := st.Agents[t.Agent]; a != nil && t.Kind == core.TaskAgent {
+			out.Runs = runsOf(st, a)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Server) taskOutput(ctx context.Context, owner string, in OutputInput) (OutputOutput, error) {
+	ref, err := parseTask(in.Task)
+	if err != nil {
+		return OutputOutput{}, err
+	}
+	if in.Offset < 0 {
+		return OutputOutput{}, errors.New("offset must be >= 0")
+	}
+	limit := in.Limit
+	if limit <= 0 {
+		limit = 64 << 10
+	}
+	limit = min(limit, 1<<20)
+	out := OutputOutput{Task: in.Task, Offset: in.Offset}
+	var text string
+	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+		t := st.Tasks[ref.task]
+		if t == nil {
+			return notFoundTask(in.Task)
+		}
+		v := taskView(st, t)
+		out.Kind, out.State = v.Kind, v.State
+		if t.Kind == core.TaskAgent {
+			if a := st.Agents[t.Agent]; a != nil {
+				text = renderTranscript(a)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return OutputOutput{}, err
+	}
+	if out.Kind == string(core.TaskAgent) {
+		start := min(in.Offset, int64(len(text)))
+		end := min(start+limit, int64(len(text)))
+		out.Data, out.Next, out.EOF = text[start:end], end, end == int64(len(text))
+		return out, nil
+	}
+	data, next, err := s.rt.TaskOutput(ctx, ref.session, string(ref.task), in.Offset, limit)
+	if err != nil {
+		return OutputOutput{}, s.actionErr(ref.session, err)
+	}
+	out.Data, out.Next, out.EOF = string(data), next, int64(len(data)) < limit
+	return out, nil
+}
+
+func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (StopOutput, error) {
+	ref, err := parseTask(in.Task)
+	if err != nil {
+		return StopOutput{}, err
+	}
+	var running, closed bool
+	var pending []string
+	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+		t := st.Tasks[ref.task]
+		if t == nil {
+			return notFoundTask(in.Task)
+		}
+		closed = st.Session.Closed
+		if t.Kind == core.TaskShell {
+			running = t.Status.Live()
+		} else if a := st.Agents[t.Agent]; a != nil {
+			running = a.Run != nil
+		}
+		for _, it := range callerItems(st, nil) {
+			pending = append(pending, itemView(st, it).ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return StopOutput{}, err
+	}
+	out := StopOutput{Outcome: "not-running", Detail: "it was not running"}
+	switch {
+	case in.Close && !closed && running:
+		return StopOutput{}, errors.New("not closed: it is running; stop it first (stop_task without close), acknowledge the stop's notification (wait, then ack), then close it")
+	case in.Close && !closed && len(pending) > 0:
+		return StopOutput{}, fmt.Errorf("not closed: acknowledge its notifications first (%s: call wait, then ack), so that closing drops nothing", strings.Join(pending, ", "))
+	case in.Close && !closed:
+		if err := s.rt.CloseSession(ctx, ref.session, by); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
+			return StopOutput{}, s.actionErr(ref.session, err)
+		}
+		out.Outcome, out.Detail = "closed", "closed for good; it no longer appears in list_tasks"
+	case running && !closed:
+		if err := s.rt.StopTask(ctx, ref.session, string(ref.task), by); err != nil && core.ErrorCodeOf(err) != core.CodeConflict {
+			return StopOutput{}, s.actionErr(ref.session, err)
+		}
+		out.Outcome, out.Detail = "stopped", "its run was cancelled; its notification (status cancelled) comes through wait"
+	}
+	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+		if t := st.Tasks[ref.task]; t != nil {
+			out.TaskInfo = taskView(st, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Server) listTasks(ctx context.Context, owner string, in ListInput) (ListOutput, error) {
+	rows, err := s.sessions(ctx, owner, in.IncludeClosed)
+	if err != nil {
+		return ListOutput{}, err
+	}
+	out := ListOutput{Tasks: []TaskInfo{}, OwnerKey: owner}
+	for _, row := range rows {
+		err := s.owned(ctx, owner, row.ID, row.ID, func(st *core.State) error {
+			for _, t := range callerTasks(st) {
+				out.Tasks = append(out.Tasks, taskView(st, t))
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errNoTask) {
+			return ListOutput{}, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) queueList(ctx context.Context, owner string, in QueueInput) (QueueOutput, error) {
+	var sessions []string
+	if in.Task != "" {
+		ref, err := parseTask(in.Task)
+		if err != nil {
+			return QueueOutput{}, err
+		}
+		sessions = []string{ref.session}
+	} else {
+		rows, err := s.sessions(ctx, owner, false)
+		if err != nil {
+			return QueueOutput{}, err
+		}
+		for _, r := range rows {
+			sessions = append(sessions, r.ID)
+		}
+	}
+	out := QueueOutput{Items: []QueueItem{}, Status: []QueueStatus{}}
+	for _, sid := range sessions {
+		what := in.Task
+		if what == "" {
+			what = sid
+		}
+		err := s.owned(ctx, owner, sid, what, func(st *core.State) error {
+			out.Items = append(out.Items, queueOf(st)...)
+			out.Status = append(out.Status, queueStatus(st)...)
+			if st.Hold != nil {
+				for _, t := range callerTasks(st) {
+					out.Held = append(out.Held, globalID(st.Session.ID, string(t.ID)))
+				}
+			}
+			return nil
+		})
+		if err != nil && (in.Task != "" || !errors.Is(err, errNoTask)) {
+			return QueueOutput{}, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) queueCancel(ctx context.Context, owner string, in CancelInput) (DoneOutput, error) {
+	sid, item, ok := strings.Cut(strings.TrimSpace(in.Item), "/")
+	if !ok || sid == "" || item == "" {
+		return DoneOutput{}, fmt.Errorf("bad item id %q: want <session>/<item> as queue_list returned it", in.Item)
+	}
+	err := s.owned(ctx, owner, sid, in.Item, func(st *core.State) error {
+		for _, id := range st.Order {
+			if slices.ContainsFunc(st.Agents[id].Inbox, func(it *core.Item) bool { return it.ID == core.ItemID(item) }) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no queued item %q (it was taken, cancelled, or never existed; see queue_list)", in.Item)
+	})
+	if err != nil {
+		return DoneOutput{}, err
+	}
+	if err := s.rt.CancelItem(ctx, sid, item, by); err != nil {
+		return DoneOutput{}, s.actionErr(sid, err)
+	}
+	return DoneOutput{Detail: "removed " + in.Item + " from its queue"}, nil
+}
+
+func (s *Server) hold(ctx context.Context, owner string, in HoldInput) (DoneOutput, error) {
+	return s.holdOrResume(ctx, owner, in, true)
+}
+
+func (s *Server) resume(ctx context.Context, owner string, in HoldInput) (DoneOutput, error) {
+	return s.holdOrResume(ctx, owner, in, false)
+}
+
+func (s *Server) holdOrResume(ctx context.Context, owner string, in HoldInput, hold bool) (DoneOutput, error) {
+	ref, err := parseTask(in.Task)
+	if err != nil {
+		return DoneOutput{}, err
+	}
+	if err := s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
+		if st.Tasks[ref.task] == nil {
+			return notFoundTask(in.Task)
+		}
+		return nil
+	}); err != nil {
+		return DoneOutput{}, err
+	}
+	if hold {
+		if err := s.rt.Hold(ctx, ref.session, by, in.Reason); err != nil {
+			return DoneOutput{}, s.actionErr(ref.session, err)
+		}
+		return DoneOutput{Detail: "user prompts of " + in.Task + "'s session are held until resume; notifications and messages still flow"}, nil
+	}
+	if err := s.rt.Resume(ctx, ref.session, by); err != nil {
+		return DoneOutput{}, s.actionErr(ref.session, err)
+	}
+	return DoneOutput{Detail: "the hold on " + in.Task + "'s session is released"}, nil
+}
+
+// firstLine returns s's first line, cut to n bytes at a rune boundary.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return excerpt(s, n)
+}

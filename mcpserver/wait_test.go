@@ -1,0 +1,59 @@
+package mcpserver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store/memstore"
+)
+
+// TestWaitSeesNewSpawns: a wait over all of the caller's tasks that is
+// blocked on one task wakes for a task spawned after it blocked.
+func TestWaitSeesNewSpawns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc, err := script.Load("testdata/agents.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := vigil.Open(ctx, vigil.Options{Store: memstore.New(), Providers: map[string]provider.Provider{"script": script.New(sc, nil)},
+		DefaultProvider: "script", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	srv := New(rt, &Options{Owner: "me"})
+	defer srv.Close()
+	blocked := make(chan struct{}, 8)
+	srv.onBlock = func(string) { blocked <- struct{}{} }
+	slow, err := srv.spawn(ctx, "me", SpawnInput{Name: "slow", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out WaitOutput
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.out, r.err = srv.wait(ctx, "me", WaitInput{TimeoutSeconds: new(60)})
+		done <- r
+	}()
+	<-blocked                                                            // the wait is blocked on slow (2s)
+	f1, err := srv.spawn(ctx, "me", SpawnInput{Name: "f1", Prompt: "y"}) // answers at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.out.Notifications) != 1 || r.out.Notifications[0].ID != f1.Task+"#1" {
+		t.Fatalf("wait: %v %+v", r.err, r.out)
+	}
+	if len(r.out.Running) != 1 || r.out.Running[0].Task != slow.Task {
+		t.Fatalf("still running: %+v", r.out.Running)
+	}
+}
