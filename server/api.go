@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -37,6 +39,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: sess + "/prompts", handler: h(s.prompt)},
 		{method: "GET", path: sess + "/agents", handler: h(s.listAgents)},
 		{method: "GET", path: sess + "/agents/{agent}", handler: h(s.getAgent)},
+		{method: "GET", path: sess + "/agents/{agent}/transcript", handler: h(s.transcript)},
 		{method: "POST", path: sess + "/agents/{agent}/messages", handler: h(s.message)},
 		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.cancelRun)},
 		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.closeAgent)},
@@ -292,13 +295,55 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
 	m, err := s.rt.Message(ctx, id, r.PathValue("agent"), req.Text, req.Priority)
 	if err != nil {
 		if m != nil && m.Outcome == core.OutcomePending && r.Context().Err() == nil && ctx.Err() != nil {
-			writeJSON(w, http.StatusAccepted, m)
+			writeJSON(w, http.StatusAccepted, s.msgView(r.Context(), id, m))
 			return nil
 		}
 		return s.actionErr(r.Context(), id, err)
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, s.msgView(r.Context(), id, m))
 	return nil
+}
+
+// MessageView is a message with the sentence its sender reads about its
+// outcome (DESIGN rule 3).
+type MessageView struct {
+	core.Msg
+	Detail string `json:"detail,omitempty"`
+}
+
+func (s *Server) msgView(ctx context.Context, session string, m *core.Msg) MessageView {
+	v := MessageView{Msg: *m}
+	_ = s.rt.Inspect(ctx, session, func(st *core.State) {
+		if cur := st.Msgs[m.ID]; cur != nil {
+			v.Detail = messageDetail(st, cur)
+		}
+	})
+	return v
+}
+
+// messageDetail is the outcome's explanation, from the text the core gives
+// a sending agent.
+func messageDetail(st *core.State, m *core.Msg) string {
+	if m.Outcome == core.OutcomePending {
+		return "the agent's model round is in flight; its answer decides between joined and queued-behind-stop"
+	}
+	var out struct {
+		Detail string `json:"detail"`
+	}
+	_ = json.Unmarshal([]byte(core.RenderOutcome(st, m)), &out)
+	return out.Detail
+}
+
+// transcript writes an agent's transcript as JSONL.
+func (s *Server) transcript(w http.ResponseWriter, r *http.Request) error {
+	id, agent := r.PathValue("session"), r.PathValue("agent")
+	var buf bytes.Buffer
+	if err := s.rt.Transcript(r.Context(), id, agent, &buf); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
@@ -456,7 +501,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 		if m == nil {
 			return nil, notFound("no message %q in session %s", r.PathValue("msg"), st.Session.ID)
 		}
-		return m, nil
+		return MessageView{Msg: *m, Detail: messageDetail(st, m)}, nil
 	})
 }
 

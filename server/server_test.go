@@ -492,12 +492,19 @@ func TestMessageOutcomes(t *testing.T) {
 	id := h.create(CreateSessionRequest{Provider: "spawn", Prompt: "the job", Permissions: &core.Permissions{Mode: core.PermBypass}})
 	base := "/api/sessions/" + id
 	h.quiet(id)
-	var m core.Msg
-	h.must("POST", base+"/agents/w1/messages", MessageRequest{Text: "one more thing"}, 200, &m)
-	if m.Outcome != core.OutcomeResumed || m.To == "" {
-		t.Fatalf("message to idle w1: %+v", m)
+	var mv MessageView
+	h.must("POST", base+"/agents/w1/messages", MessageRequest{Text: "one more thing"}, 200, &mv)
+	if mv.Outcome != core.OutcomeResumed || mv.To == "" || !strings.Contains(mv.Detail, "was idle; run 2 started") {
+		t.Fatalf("message to idle w1: %+v", mv)
 	}
+	var m core.Msg
 	h.quiet(id)
+	// The worker's transcript, as JSONL, shows the message arriving.
+	code, body := h.call("GET", base+"/agents/w1/transcript", nil)
+	if code != 200 || !strings.Contains(string(body), `"operation":"dequeue"`) || !strings.Contains(string(body), "one more thing") {
+		t.Fatalf("transcript: %d %s", code, body)
+	}
+	h.mustErr("GET", base+"/agents/nobody/transcript", nil, 404, "not_found")
 	h.must("POST", base+"/agents/nobody/messages", MessageRequest{Text: "hello?"}, 200, &m)
 	if m.Outcome != core.OutcomeRejected || !strings.Contains(m.Reason, "nobody") {
 		t.Fatalf("message to an unknown agent: %+v", m)
