@@ -93,6 +93,7 @@ type world struct {
 	// mode is how the session is driven; proc is the simulated provider
 	// process of an external main agent.
 	mode       mode
+	scale      int
 	proc       *extProcess
 	extIDs     int
 	ackPending bool
@@ -164,7 +165,7 @@ func Run(opts Options) Result {
 	}
 	w.now = w.start
 	w.res.Seed = opts.Seed
-	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 12, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second}
+	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second}
 	if w.rng.IntN(3) == 0 {
 		cfg.MaxConcurrentCalls = 1 + w.rng.IntN(3)
 	}
@@ -177,7 +178,16 @@ func Run(opts Options) Result {
 	}
 	w.res.Mode = [...]string{"loop", "external", "caller"}[w.mode]
 	w.chk = newChecker(w)
-	w.budget = budget{spawns: 1 + w.rng.IntN(6), sends: w.rng.IntN(12), shells: w.rng.IntN(6), timers: w.rng.IntN(3), rounds: 30 + w.rng.IntN(60)}
+	// Most seeds are small; one in ten is large, to reach deeper
+	// interleavings.
+	w.scale = 1
+	if w.rng.IntN(10) == 0 {
+		w.scale = 8
+	}
+	w.budget = budget{
+		spawns: 1 + w.rng.IntN(6*w.scale), sends: w.rng.IntN(12 * w.scale), shells: w.rng.IntN(6 * w.scale),
+		timers: w.rng.IntN(3 * w.scale), rounds: 30*w.scale + w.rng.IntN(60*w.scale),
+	}
 	w.generateWorkload()
 	w.loop()
 	w.res.Steps = w.steps

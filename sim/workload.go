@@ -37,7 +37,7 @@ func (w *world) generateWorkload() {
 		}
 	}
 	horizon := time.Duration(5+w.rng.IntN(60)) * time.Second
-	n := 3 + w.rng.IntN(20)
+	n := 3 + w.rng.IntN(20*w.scale)
 	for range n {
 		at := w.now.Add(time.Duration(w.rng.Int64N(int64(horizon))))
 		switch k := w.rng.IntN(100); {
