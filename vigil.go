@@ -42,7 +42,10 @@ type Timer interface{ Stop() bool }
 
 type realClock struct{}
 
-func (realClock) Now() time.Time                            { return time.Now() }
+// Now implements Clock.
+func (realClock) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock.
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // RealClock is the system clock.

@@ -52,6 +52,7 @@ func Summarize(samples []time.Duration) Stats {
 	return s
 }
 
+// String implements fmt.Stringer.
 func (s Stats) String() string {
 	if s.PerSecond > 0 {
 		return fmt.Sprintf("n=%d %.0f/s in %s", s.N, s.PerSecond, s.Elapsed.Round(time.Millisecond))
@@ -74,8 +75,10 @@ type fastModel struct {
 	answer func(req *provider.Request) chat.Response
 }
 
+// Name implements provider.Provider.
 func (m *fastModel) Name() string { return "bench" }
 
+// Stream implements provider.Provider.
 func (m *fastModel) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
 	return func(yield func(provider.Event, error) bool) {
 		resp := m.answer(req)

@@ -117,6 +117,7 @@ type Error struct {
 	Message string
 }
 
+// Error implements error.
 func (e *Error) Error() string { return e.Message }
 
 func errorf(code ErrorCode, format string, args ...any) error {

@@ -138,6 +138,7 @@ type SessionCreated struct {
 	Main    Agent   `json:"main"`
 }
 
+// Type implements Body: the name of the event.
 func (*SessionCreated) Type() string { return "session.created" }
 func (e *SessionCreated) apply(s *State, at time.Time) {
 	s.Session = e.Session
@@ -154,6 +155,7 @@ type SessionClosed struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*SessionClosed) Type() string { return "session.closed" }
 func (e *SessionClosed) apply(s *State, _ time.Time) {
 	s.Session.Closed = true
@@ -166,6 +168,7 @@ type HoldSet struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*HoldSet) Type() string { return "hold.set" }
 func (e *HoldSet) apply(s *State, at time.Time) {
 	s.Hold = &Hold{By: e.By, Reason: e.Reason, Since: at}
@@ -176,6 +179,7 @@ type HoldReleased struct {
 	By string `json:"by,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*HoldReleased) Type() string                  { return "hold.released" }
 func (e *HoldReleased) apply(s *State, _ time.Time) { s.Hold = nil }
 
@@ -184,6 +188,7 @@ type AgentCreated struct {
 	Agent Agent `json:"agent"`
 }
 
+// Type implements Body: the name of the event.
 func (*AgentCreated) Type() string { return "agent.created" }
 func (e *AgentCreated) apply(s *State, at time.Time) {
 	a := e.Agent
@@ -201,6 +206,7 @@ type AgentRetired struct {
 	Reason string  `json:"reason,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*AgentRetired) Type() string { return "agent.closed" }
 func (e *AgentRetired) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -217,6 +223,7 @@ type TaskStarted struct {
 	Task Task `json:"task"`
 }
 
+// Type implements Body: the name of the event.
 func (*TaskStarted) Type() string { return "task.started" }
 func (e *TaskStarted) apply(s *State, at time.Time) {
 	t := e.Task
@@ -236,6 +243,7 @@ type TaskUpdated struct {
 	Ended      bool       `json:"ended,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*TaskUpdated) Type() string { return "task.updated" }
 func (e *TaskUpdated) apply(s *State, at time.Time) {
 	t := s.Tasks[e.Task]
@@ -261,6 +269,7 @@ type TaskProcess struct {
 	StartTicks uint64 `json:"start_ticks"`
 }
 
+// Type implements Body: the name of the event.
 func (*TaskProcess) Type() string { return "task.process" }
 func (e *TaskProcess) apply(s *State, _ time.Time) {
 	t := s.Tasks[e.Task]
@@ -272,6 +281,7 @@ type ItemEnqueued struct {
 	Item Item `json:"item"`
 }
 
+// Type implements Body: the name of the event.
 func (*ItemEnqueued) Type() string { return "item.enqueued" }
 func (e *ItemEnqueued) apply(s *State, at time.Time) {
 	it := e.Item
@@ -292,6 +302,7 @@ type ItemRemoved struct {
 	By     string  `json:"by,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ItemRemoved) Type() string { return "item.removed" }
 func (e *ItemRemoved) apply(s *State, _ time.Time) {
 	a := s.Agents[e.Agent]
@@ -305,6 +316,7 @@ type ItemMoved struct {
 	Index int     `json:"index"`
 }
 
+// Type implements Body: the name of the event.
 func (*ItemMoved) Type() string { return "item.moved" }
 func (e *ItemMoved) apply(s *State, _ time.Time) {
 	a := s.Agents[e.Agent]
@@ -327,6 +339,7 @@ type RunStarted struct {
 	Notes []NoteKey `json:"notes,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*RunStarted) Type() string { return "run.started" }
 func (e *RunStarted) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -348,6 +361,7 @@ type ItemsJoined struct {
 	Notes []NoteKey `json:"notes,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ItemsJoined) Type() string { return "items.joined" }
 func (e *ItemsJoined) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -387,6 +401,7 @@ type TranscriptAppended struct {
 	Message chat.Message `json:"message"`
 }
 
+// Type implements Body: the name of the event.
 func (*TranscriptAppended) Type() string { return "transcript.appended" }
 func (e *TranscriptAppended) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -403,6 +418,7 @@ type ModelCallStarted struct {
 	State CallState `json:"state"`
 }
 
+// Type implements Body: the name of the event.
 func (*ModelCallStarted) Type() string { return "model.started" }
 func (e *ModelCallStarted) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -420,6 +436,7 @@ type ModelCallDispatched struct {
 	Call  CallID  `json:"call"`
 }
 
+// Type implements Body: the name of the event.
 func (*ModelCallDispatched) Type() string { return "model.dispatched" }
 func (e *ModelCallDispatched) apply(s *State, at time.Time) {
 	c := s.Agents[e.Agent].Run.Call
@@ -436,6 +453,7 @@ type ModelCallRetrying struct {
 	Reason  string    `json:"reason"`
 }
 
+// Type implements Body: the name of the event.
 func (*ModelCallRetrying) Type() string { return "model.retrying" }
 func (e *ModelCallRetrying) apply(s *State, _ time.Time) {
 	c := s.Agents[e.Agent].Run.Call
@@ -455,6 +473,7 @@ type ModelCallEnded struct {
 	Error      string          `json:"error,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ModelCallEnded) Type() string { return "model.ended" }
 func (e *ModelCallEnded) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -471,6 +490,7 @@ type ToolCallStarted struct {
 	Call  ToolCall `json:"call"`
 }
 
+// Type implements Body: the name of the event.
 func (*ToolCallStarted) Type() string { return "tool.started" }
 func (e *ToolCallStarted) apply(s *State, at time.Time) {
 	c := e.Call
@@ -487,6 +507,7 @@ type ToolCallWaiting struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 }
 
+// Type implements Body: the name of the event.
 func (*ToolCallWaiting) Type() string { return "tool.waiting" }
 func (e *ToolCallWaiting) apply(s *State, _ time.Time) {
 	if c := s.Agents[e.Agent].Run.tool(e.UseID); c != nil {
@@ -503,6 +524,7 @@ type ToolCallFinished struct {
 	IsError bool    `json:"is_error,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ToolCallFinished) Type() string { return "tool.finished" }
 func (e *ToolCallFinished) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -536,6 +558,7 @@ type RunEnded struct {
 	Error  string    `json:"error,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*RunEnded) Type() string { return "run.ended" }
 func (e *RunEnded) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
@@ -558,6 +581,7 @@ type NotificationWritten struct {
 	Note Note `json:"note"`
 }
 
+// Type implements Body: the name of the event.
 func (*NotificationWritten) Type() string { return "notification.written" }
 func (e *NotificationWritten) apply(s *State, at time.Time) {
 	n := e.Note
@@ -572,6 +596,7 @@ type NotificationDropped struct {
 	Reason string  `json:"reason"`
 }
 
+// Type implements Body: the name of the event.
 func (*NotificationDropped) Type() string { return "notification.dropped" }
 func (e *NotificationDropped) apply(s *State, _ time.Time) {
 	if n := s.Note(e.Key); n != nil {
@@ -584,6 +609,7 @@ type MessageSent struct {
 	Msg Msg `json:"msg"`
 }
 
+// Type implements Body: the name of the event.
 func (*MessageSent) Type() string { return "message.sent" }
 func (e *MessageSent) apply(s *State, at time.Time) {
 	m := e.Msg
@@ -604,6 +630,7 @@ type MessageResolved struct {
 	Run     int        `json:"run"`
 }
 
+// Type implements Body: the name of the event.
 func (*MessageResolved) Type() string { return "message.resolved" }
 func (e *MessageResolved) apply(s *State, _ time.Time) {
 	m := s.Msgs[e.Msg]
@@ -619,6 +646,7 @@ type TimerSet struct {
 	Timer Timer `json:"timer"`
 }
 
+// Type implements Body: the name of the event.
 func (*TimerSet) Type() string { return "timer.set" }
 func (e *TimerSet) apply(s *State, _ time.Time) {
 	t := e.Timer
@@ -631,6 +659,7 @@ type TimerFired struct {
 	Timer TimerID `json:"timer"`
 }
 
+// Type implements Body: the name of the event.
 func (*TimerFired) Type() string                  { return "timer.fired" }
 func (e *TimerFired) apply(s *State, _ time.Time) { delete(s.Timers, e.Timer) }
 
@@ -640,6 +669,7 @@ type TimerCancelled struct {
 	Reason string  `json:"reason"`
 }
 
+// Type implements Body: the name of the event.
 func (*TimerCancelled) Type() string                  { return "timer.cancelled" }
 func (e *TimerCancelled) apply(s *State, _ time.Time) { delete(s.Timers, e.Timer) }
 
@@ -648,6 +678,7 @@ type ApprovalRequested struct {
 	Approval Approval `json:"approval"`
 }
 
+// Type implements Body: the name of the event.
 func (*ApprovalRequested) Type() string { return "approval.requested" }
 func (e *ApprovalRequested) apply(s *State, at time.Time) {
 	p := e.Approval
@@ -665,6 +696,7 @@ type ApprovalResolved struct {
 	Reason   string     `json:"reason,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ApprovalResolved) Type() string { return "approval.resolved" }
 func (e *ApprovalResolved) apply(s *State, _ time.Time) {
 	p := s.Approvals[e.Approval]
@@ -687,6 +719,7 @@ type GateOpened struct {
 	Gate  Gate    `json:"gate"`
 }
 
+// Type implements Body: the name of the event.
 func (*GateOpened) Type() string { return "gate.opened" }
 func (e *GateOpened) apply(s *State, at time.Time) {
 	g := e.Gate
@@ -702,6 +735,7 @@ type GateReleased struct {
 	Outcome GateOutcome `json:"outcome"`
 }
 
+// Type implements Body: the name of the event.
 func (*GateReleased) Type() string { return "gate.released" }
 func (e *GateReleased) apply(s *State, _ time.Time) {
 	a := s.Agents[e.Agent]
@@ -718,6 +752,7 @@ type Dropped struct {
 	Detail string `json:"detail,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*Dropped) Type() string { return "dropped" }
 func (e *Dropped) apply(s *State, _ time.Time) {
 	if s.Drops == nil {
@@ -732,6 +767,7 @@ type Recovered struct {
 	Incarnation int64 `json:"incarnation"`
 }
 
+// Type implements Body: the name of the event.
 func (*Recovered) Type() string                  { return "recovered" }
 func (e *Recovered) apply(s *State, _ time.Time) { s.Incarnation = e.Incarnation }
 
@@ -742,5 +778,6 @@ type NotifiedFlag struct {
 	Value bool    `json:"value"`
 }
 
+// Type implements Body: the name of the event.
 func (*NotifiedFlag) Type() string                  { return "bug.notified-flag" }
 func (e *NotifiedFlag) apply(s *State, _ time.Time) { s.Agents[e.Agent].Notified = e.Value }

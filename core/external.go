@@ -127,6 +127,7 @@ type RunCancelling struct {
 	Reason   string    `json:"reason,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*RunCancelling) Type() string { return "run.cancelling" }
 func (e *RunCancelling) apply(s *State, _ time.Time) {
 	if r := s.Agents[e.Agent].Run; r != nil {
@@ -142,6 +143,7 @@ type NotesDelivered struct {
 	Keys  []NoteKey `json:"keys"`
 }
 
+// Type implements Body: the name of the event.
 func (*NotesDelivered) Type() string { return "notifications.delivered" }
 func (e *NotesDelivered) apply(s *State, _ time.Time) {
 	for _, k := range e.Keys {
@@ -162,6 +164,7 @@ type NotificationRequeued struct {
 	Item  ItemID  `json:"item"`
 }
 
+// Type implements Body: the name of the event.
 func (*NotificationRequeued) Type() string { return "notification.requeued" }
 func (e *NotificationRequeued) apply(s *State, _ time.Time) {
 	if n := s.Note(e.Key); n != nil {
@@ -208,6 +211,7 @@ type ProcessRecorded struct {
 	Session    string  `json:"session,omitempty"`
 }
 
+// Type implements Body: the name of the event.
 func (*ProcessRecorded) Type() string { return "provider.process" }
 func (e *ProcessRecorded) apply(s *State, _ time.Time) {
 	a := s.Agents[e.Agent]

@@ -82,6 +82,7 @@ type headerTransport struct {
 	token, owner string
 }
 
+// RoundTrip implements http.RoundTripper.
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	if t.token != "" {

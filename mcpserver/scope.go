@@ -46,6 +46,7 @@ type taskRef struct {
 	task    core.TaskID
 }
 
+// String implements fmt.Stringer.
 func (r taskRef) String() string { return r.session + "/" + string(r.task) }
 
 // globalID joins a session and a session-local id.

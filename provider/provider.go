@@ -116,6 +116,7 @@ type Error struct {
 	Attempts int
 }
 
+// Error implements error.
 func (e *Error) Error() string {
 	s := e.Provider + ": " + string(e.Kind)
 	if e.Status != 0 {

@@ -32,6 +32,7 @@ type apiError struct {
 	msg    string
 }
 
+// Error implements error.
 func (e *apiError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) *apiError {

@@ -249,6 +249,7 @@ type statusWriter struct {
 	status int
 }
 
+// WriteHeader implements http.ResponseWriter, remembering the status.
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
@@ -256,6 +257,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write implements io.Writer.
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
@@ -263,6 +265,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Unwrap gives http.ResponseController the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // jsonErrorWriter turns the mux's plain-text 404 and 405 into JSON errors.
@@ -271,6 +274,7 @@ type jsonErrorWriter struct {
 	wrote bool
 }
 
+// WriteHeader implements http.ResponseWriter.
 func (w *jsonErrorWriter) WriteHeader(code int) {
 	if w.wrote {
 		return
@@ -283,6 +287,7 @@ func (w *jsonErrorWriter) WriteHeader(code int) {
 	writeError(w.ResponseWriter, e)
 }
 
+// Write implements io.Writer.
 func (w *jsonErrorWriter) Write(b []byte) (int, error) {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)

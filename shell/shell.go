@@ -102,8 +102,10 @@ type Timer interface {
 
 type realClock struct{}
 
+// Now implements shell.Clock.
 func (realClock) Now() time.Time { return time.Now() }
 
+// AfterFunc implements shell.Clock.
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Result is what a finished command left.

@@ -44,6 +44,7 @@ type Violation struct {
 	Detail string
 }
 
+// String implements fmt.Stringer.
 func (v *Violation) String() string {
 	return fmt.Sprintf("rule %s at step %d (t=%s): %s", v.Rule, v.Step, v.At, v.Detail)
 }
@@ -121,19 +122,29 @@ type wev struct {
 	index int
 }
 
+// evQueue is a heap of world events by time, ties broken by a seeded
+// random number. Its methods implement container/heap.Interface.
 type evQueue []*wev
 
+// Len implements heap.Interface.
 func (q evQueue) Len() int { return len(q) }
+
+// Less implements heap.Interface.
 func (q evQueue) Less(i, j int) bool {
 	if !q[i].at.Equal(q[j].at) {
 		return q[i].at.Before(q[j].at)
 	}
 	return q[i].seq < q[j].seq
 }
-func (q evQueue) Swap(i, j int)               { q[i], q[j] = q[j], q[i]; q[i].index = i; q[j].index = j }
-func (q *evQueue) Push(x any)                 { e := x.(*wev); e.index = len(*q); *q = append(*q, e) }
+
+// Swap implements heap.Interface.
+func (q evQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i]; q[i].index = i; q[j].index = j }
+
+// Push implements heap.Interface.
+func (q *evQueue) Push(x any) { e := x.(*wev); e.index = len(*q); *q = append(*q, e) }
+
+// Pop implements heap.Interface.
 func (q *evQueue) Pop() any                   { old := *q; e := old[len(old)-1]; *q = old[:len(old)-1]; return e }
-func (q evQueue) peek() *wev                  { return q[0] }
 func (w *world) at(d time.Duration) time.Time { return w.now.Add(d) }
 
 // schedule adds a world event; ties are broken at random (seeded).

@@ -78,6 +78,7 @@ type LeaseHeldError struct {
 	Expires time.Time
 }
 
+// Error implements error.
 func (e *LeaseHeldError) Error() string {
 	return "session " + e.Session + " lease held by " + e.Owner + " until " + e.Expires.UTC().Format(time.RFC3339)
 }

@@ -93,6 +93,7 @@ type apiError struct {
 	message string
 }
 
+// Error implements error.
 func (e *apiError) Error() string { return e.message }
 
 // do sends a request and returns the body of a 2xx answer; any other

@@ -36,6 +36,7 @@ type exitError struct {
 	err  error
 }
 
+// Error implements error.
 func (e *exitError) Error() string { return e.err.Error() }
 
 func commands() map[string]command {

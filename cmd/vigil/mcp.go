@@ -124,4 +124,5 @@ flags:`)
 // nopWriteCloser lets the transport close stdout without closing it.
 type nopWriteCloser struct{ io.Writer }
 
+// Close implements io.Closer.
 func (nopWriteCloser) Close() error { return nil }

@@ -20,7 +20,10 @@ import (
 // stringList is a repeatable string flag.
 type stringList []string
 
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
+// String implements fmt.Stringer.
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+// Set implements flag.Value.
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {

@@ -46,6 +46,7 @@ func (t *timeline) record(rec store.Record) {
 
 type jsonRaw []byte
 
+// MarshalJSON writes the raw JSON as is.
 func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
 
 func fmtElapsed(d time.Duration) string {

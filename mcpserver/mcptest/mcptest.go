@@ -26,6 +26,7 @@ import (
 // transport error.
 type ToolError struct{ Message string }
 
+// Error implements error.
 func (e *ToolError) Error() string { return "tool error: " + e.Message }
 
 // Client calls the tools on one MCP client session.

@@ -273,6 +273,8 @@ func (d *Driver) Stats() Stats {
 
 type realClock struct{}
 
+// Now implements shell.Clock.
 func (realClock) Now() time.Time { return time.Now() }
 
+// AfterFunc implements shell.Clock.
 func (realClock) AfterFunc(d time.Duration, f func()) shell.Timer { return time.AfterFunc(d, f) }

@@ -637,6 +637,7 @@ type tailBuffer struct {
 	b   []byte
 }
 
+// Write implements io.Writer.
 func (t *tailBuffer) Write(b []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -646,6 +647,7 @@ func (t *tailBuffer) Write(b []byte) {
 	}
 }
 
+// String implements fmt.Stringer.
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
