@@ -270,14 +270,15 @@ func (st *stepper) handle(in Input) {
 	case ProviderStarted:
 		st.providerStarted(in)
 	case ProviderExited:
-		if a, ok := st.externalAgent(in.Agent); ok {
-			if in.PID != 0 && a.PID != 0 && in.PID != a.PID {
-				st.drop("exit of provider process "+itoa(in.PID), "stale-provider-exit", "a newer process runs the agent")
-				return
-			}
-			st.providerExited(a, in.Reason)
-		} else {
+		// A closed agent's process exits too: its mirrored tasks still end.
+		a := st.s.Agents[in.Agent]
+		switch {
+		case a == nil || a.Driver != DriverExternal || a.Owner != "":
 			st.drop("provider exit of "+string(in.Agent), "not-external", in.Reason)
+		case in.PID != 0 && a.PID != 0 && in.PID != a.PID:
+			st.drop("exit of provider process "+itoa(in.PID), "stale-provider-exit", "a newer process runs the agent")
+		default:
+			st.providerExited(a, in.Reason)
 		}
 	default:
 		st.fail(CodeInvalid, "unknown input %T", in)
@@ -698,7 +699,13 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 				st.emit(&ApprovalResolved{Approval: tc.Approval, Allow: false, Reason: "run ended: " + why})
 			}
 			if c := r.tool(tc.UseID); c != nil && !c.Done {
-				st.emit(&ToolCallFinished{Agent: a.ID, UseID: tc.UseID, Result: "cancelled: the run ended (" + why + ") before this tool finished", IsError: true})
+				result := "cancelled: the run ended (" + why + ") before this tool finished"
+				if tc.Wait == WaitSend {
+					if m := st.s.Msgs[tc.Msg]; m != nil {
+						result = fmt.Sprintf("message %s was delivered to %s; the run ended (%s) before its outcome was known. It is answered as sent: in %s's running turn or its next run.", m.ID, m.To, why, m.To)
+					}
+				}
+				st.emit(&ToolCallFinished{Agent: a.ID, UseID: tc.UseID, Result: result, IsError: true})
 			}
 		}
 		var results []chat.Block
@@ -804,10 +811,15 @@ func (st *stepper) deliverNote(n Note) {
 
 // resolveMsg settles a pending message and tells a waiting sender.
 func (st *stepper) resolveMsg(m *Msg, outcome MsgOutcome, run int) {
+	st.resolveMsgAs(m, outcome, run, "")
+}
+
+// resolveMsgAs settles a pending message with a reason.
+func (st *stepper) resolveMsgAs(m *Msg, outcome MsgOutcome, run int, reason string) {
 	if m == nil || m.Outcome != OutcomePending {
 		return
 	}
-	st.emit(&MessageResolved{Msg: m.ID, Outcome: outcome, Run: run})
+	st.emit(&MessageResolved{Msg: m.ID, Outcome: outcome, Run: run, Reason: reason})
 	if m.SenderCall == "" {
 		return
 	}

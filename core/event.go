@@ -628,6 +628,7 @@ type MessageResolved struct {
 	Msg     MsgID      `json:"msg"`
 	Outcome MsgOutcome `json:"outcome"`
 	Run     int        `json:"run"`
+	Reason  string     `json:"reason,omitempty"`
 }
 
 // Type implements Body: the name of the event.
@@ -636,6 +637,9 @@ func (e *MessageResolved) apply(s *State, _ time.Time) {
 	m := s.Msgs[e.Msg]
 	m.Outcome = e.Outcome
 	m.Run = e.Run
+	if e.Reason != "" {
+		m.Reason = e.Reason
+	}
 	if r := s.Agents[m.To].Run; r != nil {
 		r.PendingSends = slices.DeleteFunc(r.PendingSends, func(id MsgID) bool { return id == e.Msg })
 	}

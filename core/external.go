@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -135,6 +136,48 @@ func (e *RunCancelling) apply(s *State, _ time.Time) {
 	}
 }
 
+// maxRedeliveries bounds how often a run is handed to a new provider
+// process when the previous one ended before beginning it.
+const maxRedeliveries = 3
+
+// RunRedelivered records that a run's items go to a new provider process
+// because the last one ended before it began the run.
+type RunRedelivered struct {
+	Agent  AgentID `json:"agent"`
+	Seq    int     `json:"seq"`
+	Reason string  `json:"reason,omitempty"`
+}
+
+// Type implements Body: the name of the event.
+func (*RunRedelivered) Type() string { return "run.redelivered" }
+func (e *RunRedelivered) apply(s *State, _ time.Time) {
+	if r := s.Agents[e.Agent].Run; r != nil && r.Seq == e.Seq {
+		r.Redelivered++
+	}
+}
+
+// TurnAcked records that the provider process began the turn of a run.
+type TurnAcked struct {
+	Agent AgentID `json:"agent"`
+	Seq   int     `json:"seq"`
+}
+
+// Type implements Body: the name of the event.
+func (*TurnAcked) Type() string { return "run.acked" }
+func (e *TurnAcked) apply(s *State, _ time.Time) {
+	if r := s.Agents[e.Agent].Run; r != nil && r.Seq == e.Seq {
+		r.Acked = true
+	}
+}
+
+// StopProvider asks the runtime to end an agent's provider process (the
+// agent was closed).
+type StopProvider struct {
+	Agent AgentID
+}
+
+func (StopProvider) effectName() string { return "stop-provider" }
+
 // NotesDelivered records that a provider process took in notifications it
 // delivers itself: they reached a run of their owner.
 type NotesDelivered struct {
@@ -228,6 +271,8 @@ func init() {
 	register(func() Body { return &RunCancelling{} })
 	register(func() Body { return &NotesDelivered{} })
 	register(func() Body { return &NotificationRequeued{} })
+	register(func() Body { return &TurnAcked{} })
+	register(func() Body { return &RunRedelivered{} })
 }
 
 func (st *stepper) external(a *Agent) bool { return a != nil && a.Driver == DriverExternal }
@@ -242,36 +287,65 @@ func (st *stepper) deliver(a *Agent, items []*Item) {
 			prio = PriorityNow
 		}
 	}
+	d := st.deliverEffect(a, strings.Join(parts, "\n\n"))
+	d.Priority = prio
+	st.effect(d)
+}
+
+func (st *stepper) deliverEffect(a *Agent, text string) Deliver {
 	model := a.Model
 	if model == "" {
 		model = st.s.Session.Model
 	}
-	st.effect(Deliver{Agent: a.ID, Run: a.Run.Seq, Text: strings.Join(parts, "\n\n"), Priority: prio, Resume: a.ExternalSession, Model: model, Provider: st.s.Session.Provider})
+	return Deliver{Agent: a.ID, Run: a.Run.Seq, Text: text, Priority: PriorityNext, Resume: a.ExternalSession, Model: model, Provider: st.s.Session.Provider}
 }
 
+// externalAgent returns the agent a provider process runs, when it may
+// still take what the process reports.
 func (st *stepper) externalAgent(id AgentID) (*Agent, bool) {
 	a := st.s.Agents[id]
-	if a == nil || a.Driver != DriverExternal || a.Owner != "" {
+	if a == nil || a.Driver != DriverExternal || a.Owner != "" || a.State == AgentClosed || st.s.Session.Closed {
 		return nil, false
 	}
 	return a, true
 }
 
+// refuseExternal drops a report for an agent that cannot take it, saying
+// why.
+func (st *stepper) refuseExternal(what string, id AgentID) {
+	a := st.s.Agents[id]
+	switch {
+	case a == nil || a.Driver != DriverExternal || a.Owner != "":
+		st.drop(what, "not-external", "the agent is not driven by a provider process")
+	default:
+		st.drop(what, "agent-closed", "the agent or its session is closed")
+	}
+}
+
 func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 	a, ok := st.externalAgent(in.Agent)
 	if !ok {
-		st.drop("provider turn of "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		st.refuseExternal("provider turn of "+string(in.Agent), in.Agent)
 		return
 	}
 	if in.Session != "" && in.Session != a.ExternalSession {
 		st.emit(&ProcessRecorded{Agent: a.ID, PID: -1, Session: in.Session})
 	}
-	if a.Run == nil && a.State != AgentClosed {
+	if a.Run == nil {
 		// The process began a turn on its own: record it at once.
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 	}
+	st.ackTurn(a)
 	// A turn takes in every notification the process holds for the agent.
 	st.providerDelivered(a)
+}
+
+// ackTurn records that the process is in the run's turn: what was handed
+// to it has reached it.
+func (st *stepper) ackTurn(a *Agent) {
+	if r := a.Run; r != nil && !r.Acked {
+		st.emit(&TurnAcked{Agent: a.ID, Seq: r.Seq})
+	}
 }
 
 // mirror returns the agent an external message or task belongs to.
@@ -293,7 +367,7 @@ func (st *stepper) mirror(a *Agent, external string) *Agent {
 func (st *stepper) externalMessage(in ExternalMessage) {
 	a, ok := st.externalAgent(in.Agent)
 	if !ok {
-		st.drop("provider message for "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		st.refuseExternal("provider message for "+string(in.Agent), in.Agent)
 		return
 	}
 	target := st.mirror(a, in.Mirror)
@@ -309,13 +383,16 @@ func (st *stepper) externalMessage(in ExternalMessage) {
 		st.emit(&RunStarted{Agent: target.ID, Seq: len(target.Runs) + 1, Kind: kind})
 		st.providerDelivered(target)
 	}
+	if target == a {
+		st.ackTurn(a)
+	}
 	st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
 }
 
 func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
 	a, ok := st.externalAgent(in.Agent)
 	if !ok {
-		st.drop("provider result for "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		st.refuseExternal("provider result for "+string(in.Agent), in.Agent)
 		return
 	}
 	if a.Run == nil {
@@ -370,7 +447,7 @@ func (st *stepper) mirrorAgent(a *Agent, in ExternalTask) *Agent {
 func (st *stepper) externalTask(in ExternalTask) {
 	a, ok := st.externalAgent(in.Agent)
 	if !ok {
-		st.drop("provider task "+in.ID, "not-external", "the agent is not driven by a provider process")
+		st.refuseExternal("provider task "+in.ID, in.Agent)
 		return
 	}
 	running := in.Status == "running" || in.Status == "pending" || in.Status == ""
@@ -408,7 +485,11 @@ func (st *stepper) externalTask(in ExternalTask) {
 			}})
 			t = st.s.Tasks[id]
 		}
-		if running || !t.Status.Live() || !in.Notify {
+		if running || !in.Notify {
+			return
+		}
+		if !t.Status.Live() {
+			st.drop("provider task "+in.ID, "stale-provider-report", "the task already ended ("+string(t.Status)+")")
 			return
 		}
 		status := externalStatus(in.Status)
@@ -429,8 +510,12 @@ func (st *stepper) externalTask(in ExternalTask) {
 		}
 		return
 	}
-	if !in.Notify || m.Run == nil {
+	if !in.Notify {
 		return // a status update; the provider's notification ends the run
+	}
+	if m.Run == nil {
+		st.drop("provider task "+in.ID, "stale-provider-report", "a notification for a subagent with no run in progress")
+		return
 	}
 	st.endMirrorRun(m, externalStatus(in.Status), in.Summary, in.Usage, DeliverProvider)
 }
@@ -471,8 +556,19 @@ func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary strin
 	if ag := st.s.Agents[t.Agent]; ag != nil {
 		n.AgentName = ag.Name
 	}
+	if o := st.s.Agents[n.Owner]; d == DeliverProvider && (o == nil || o.State == AgentClosed) {
+		st.emit(&NotificationWritten{Note: n})
+		st.emit(&NotificationDropped{Key: n.Key, Reason: "owner closed"})
+		st.drop("notification "+n.Key.String(), "owner-closed", "its owner "+string(n.Owner)+" is closed")
+		return
+	}
 	if d == DeliverProvider {
 		st.emit(&NotificationWritten{Note: n})
+		// An owner in a turn takes it in that turn; an idle one at its
+		// next turn.
+		if o := st.s.Agents[n.Owner]; o != nil && o.Run != nil && (o.Owner != "" || o.Run.Acked) {
+			st.emit(&NotesDelivered{Agent: o.ID, Run: o.Run.Seq, Keys: []NoteKey{n.Key}})
+		}
 		return
 	}
 	// The process is gone: the agent that owns the process hears of it.
@@ -507,7 +603,7 @@ func externalStatus(s string) TaskStatus {
 func (st *stepper) providerStarted(in ProviderStarted) {
 	a, ok := st.externalAgent(in.Agent)
 	if !ok {
-		st.drop("provider process of "+string(in.Agent), "not-external", "the agent is not driven by a provider process")
+		st.refuseExternal("provider process of "+string(in.Agent), in.Agent)
 		return
 	}
 	st.emit(&ProcessRecorded{Agent: a.ID, PID: in.PID, StartTicks: in.StartTicks})
@@ -548,17 +644,49 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 		if t := st.s.Tasks[k.Task]; t == nil || !st.ownedBy(t, a) {
 			continue
 		}
+		if a.State == AgentClosed || st.s.Session.Closed {
+			st.emit(&NotificationDropped{Key: k, Reason: "owner closed"})
+			st.drop("notification "+k.String(), "owner-closed", "the provider process ended before delivering it and "+a.Name+" is closed")
+			continue
+		}
 		item := st.nextItemID()
 		st.emit(&NotificationRequeued{Key: k, Owner: a.ID, Item: item})
 		key := k
 		st.enqueue(a, Item{ID: item, Kind: KindNotification, Priority: PriorityNext, From: string(n.Agent), Note: &key})
 	}
-	if a.Run != nil {
-		st.endRun(a, RunInterrupted, "", why)
-	}
 	if a.PID != 0 {
 		st.emit(&ProcessRecorded{Agent: a.ID, PID: 0})
 	}
+	if r := a.Run; r != nil {
+		if !r.Acked && r.Redelivered < maxRedeliveries && a.State != AgentClosed && !st.s.Session.Closed {
+			// The process never began the run's turn: its items did not
+			// reach it. A new process gets them (rule 2: an item is taken
+			// only by a run that sees it).
+			st.emit(&RunRedelivered{Agent: a.ID, Seq: r.Seq, Reason: why})
+			st.effect(st.deliverEffect(a, lastUserText(a)))
+			return
+		}
+		if !r.Acked {
+			st.endRun(a, RunFailed, "", fmt.Sprintf("the provider process ended %d times before it began the run: %s", r.Redelivered+1, why))
+			return
+		}
+		st.endRun(a, RunInterrupted, "", why)
+	}
+}
+
+// lastUserText is the text of a's last user message: what its run handed
+// to the provider process.
+func lastUserText(a *Agent) string {
+	for i := len(a.Transcript) - 1; i >= 0; i-- {
+		if m := a.Transcript[i]; m.Role == chat.RoleUser {
+			var parts []string
+			for _, b := range m.Content {
+				parts = append(parts, b.Text)
+			}
+			return strings.Join(parts, "\n\n")
+		}
+	}
+	return ""
 }
 
 // ownedBy reports whether t belongs to a or to one of a's mirrored

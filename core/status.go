@@ -73,6 +73,9 @@ func agentStatus(s *State, a *Agent) InboxStatus {
 	st.Draining = true
 	var why string
 	switch {
+	case a.Driver == DriverExternal:
+		why = fmt.Sprintf("items wait for the provider process to end run %d's turn", r.Seq)
+		st.ClearsOn = "the provider process ends its turn"
 	case r.Call != nil && r.Call.State == CallWaitingSlot:
 		why = fmt.Sprintf("run %d waits for a model-call slot (session cap reached)", r.Seq)
 		st.ClearsOn = "another model call of the session ends"

@@ -514,8 +514,16 @@ func (st *stepper) cancelRun(in CancelRun) {
 		if in.Reason != "" {
 			why += ": " + in.Reason
 		}
-		if st.external(a) && a.Owner == "" {
+		switch {
+		case st.external(a) && a.Owner == "":
 			st.cancelExternal(a, why)
+			return
+		case st.external(a):
+			// A subagent inside a provider process: the process stops it
+			// and reports its end.
+			if err := st.stopExternal(st.s.Tasks[a.Task], in.By); err != nil {
+				st.out.Err = err
+			}
 			return
 		}
 		st.endRun(a, RunCancelled, "", why)
@@ -596,13 +604,27 @@ func (st *stepper) closeAgent(a *Agent, reason string) {
 			st.closeAgent(b, "its owner "+a.Name+" closed")
 		}
 	}
+	if a.Driver == DriverExternal && a.Owner != "" && a.Run != nil {
+		// A subagent inside a provider process: the process stops it too.
+		if t := st.s.Tasks[a.Task]; t != nil {
+			_ = st.stopExternal(t, "close of "+a.Name)
+		}
+	}
 	if a.Run != nil {
+		// Messages whose outcome waited on this run will not be answered.
+		for _, id := range a.Run.PendingSends {
+			st.resolveMsgAs(st.s.Msgs[id], OutcomeRejected, a.Run.Seq, "agent "+a.Name+" was closed before its model round answered")
+		}
 		st.endRun(a, RunCancelled, "", "agent closed: "+reason)
 	}
 	for _, id := range st.s.TaskOrder {
-		if t := st.s.Tasks[id]; t.Owner == a.ID && t.Kind == TaskShell && t.Status.Live() {
+		if t := st.s.Tasks[id]; t.Owner == a.ID && t.Kind == TaskShell && t.Status.Live() && t.External == "" {
 			_ = st.stop(t, "close of "+a.Name)
 		}
+	}
+	if a.Driver == DriverExternal && a.Owner == "" {
+		// Its provider process ends; its exit ends the mirrored tasks.
+		st.effect(StopProvider{Agent: a.ID})
 	}
 	for _, it := range append([]*Item(nil), a.Inbox...) {
 		st.emit(&ItemRemoved{Agent: a.ID, Item: it.ID, Reason: "agent closed"})
@@ -610,6 +632,13 @@ func (st *stepper) closeAgent(a *Agent, reason string) {
 			st.emit(&NotificationDropped{Key: *it.Note, Reason: "owner closed"})
 		}
 		st.drop(string(it.Kind)+" "+string(it.ID)+" to "+a.Name, "agent-closed", reason)
+	}
+	// Notifications a provider process was still to deliver to it.
+	for _, k := range st.s.NoteOrder {
+		if n := st.s.Note(k); n.Owner == a.ID && n.Delivery == DeliverProvider && n.DeliveredRun == 0 && n.Dropped == "" {
+			st.emit(&NotificationDropped{Key: k, Reason: "owner closed"})
+			st.drop("notification "+k.String(), "owner-closed", reason)
+		}
 	}
 	if g := a.Gate; g != nil {
 		st.emit(&GateReleased{Agent: a.ID, Gen: g.Gen, Outcome: GateDropped})
@@ -727,8 +756,8 @@ func (st *stepper) recover(in Recover) {
 	st.emit(&Recovered{Incarnation: in.Incarnation})
 	for _, id := range st.s.TaskOrder {
 		t := st.s.Tasks[id]
-		if t.Kind != TaskShell || !t.Status.Live() {
-			continue
+		if t.Kind != TaskShell || !t.Status.Live() || t.External != "" {
+			continue // a provider's mirrored commands end with its process, below
 		}
 		status := TaskInterrupted
 		if t.Status == TaskStopping {

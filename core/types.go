@@ -251,6 +251,10 @@ type Run struct {
 	// PendingSends are messages sent to this agent while Call was in flight;
 	// the call's answer decides their outcome.
 	PendingSends []MsgID `json:"pending_sends,omitempty"`
+	// Acked is set once a provider process began this run's turn;
+	// Redelivered counts hand-overs to a new process before that.
+	Acked       bool `json:"acked,omitempty"`
+	Redelivered int  `json:"redelivered,omitempty"`
 	// Cancelling is the deadline of a cancel asked of a provider process:
 	// the run ends when the process ends its turn, or at this deadline.
 	Cancelling time.Time `json:"cancelling,omitzero"`

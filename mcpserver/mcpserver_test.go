@@ -81,7 +81,7 @@ func connectStdio(t testing.TB, ctx context.Context, srv *mcpserver.Server) *mcp
 	}
 	t.Cleanup(func() {
 		cs.Close()
-		if err := <-done; err != nil {
+		if err := <-done; err != nil && !strings.Contains(err.Error(), "server is closing") {
 			t.Errorf("server run: %v", err)
 		}
 	})
@@ -567,7 +567,10 @@ func TestWaitEndsAtClose(t *testing.T) {
 	err := <-errc
 	t.Logf("wait at close: %v", err)
 	var te *mcptest.ToolError
-	if err == nil || (!errors.As(err, &te) && !strings.Contains(err.Error(), "closed")) {
+	// Depending on where the close lands, the wait answers with a tool
+	// error, finds the session closed, or sees the connection end: it
+	// never hangs.
+	if err == nil || (!errors.As(err, &te) && !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "EOF")) {
 		t.Fatalf("wait at close: %v", err)
 	}
 }

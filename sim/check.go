@@ -145,7 +145,13 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				c.violate("3", "message "+string(b.Msg.ID)+" rejected without a reason")
 			}
 		case *core.MessageResolved:
-			if b.Outcome != core.OutcomeJoined && b.Outcome != core.OutcomeQueuedBehindStop {
+			switch b.Outcome {
+			case core.OutcomeJoined, core.OutcomeQueuedBehindStop:
+			case core.OutcomeRejected:
+				if b.Reason == "" {
+					c.violate("3", fmt.Sprintf("message %s rejected late without a reason", b.Msg))
+				}
+			default:
 				c.violate("3", fmt.Sprintf("message %s resolved to %s", b.Msg, b.Outcome))
 			}
 		case *core.Dropped:
@@ -352,7 +358,7 @@ func (c *checker) checkMsg(m *core.Msg) {
 	target := s.Agents[m.To]
 	switch m.Outcome {
 	case core.OutcomeRejected:
-		if m.Item != "" {
+		if info := c.items[m.Item]; m.Item != "" && (info == nil || info.taken > 0) {
 			c.violate("3", fmt.Sprintf("rejected message %s was delivered", m.ID))
 		}
 		return

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
@@ -26,11 +27,16 @@ const (
 // It runs one turn at a time, starts background tasks of its own, wakes
 // itself when they finish, and sometimes dies.
 type extProcess struct {
-	alive   bool
-	inc     int64
-	busy    bool     // a turn is in progress
-	queue   []string // delivered texts waiting for their turn
-	tasks   map[string]core.TaskKind
+	alive  bool
+	inc    int64
+	busy   bool     // a turn is in progress
+	queue  []string // delivered texts waiting for their turn
+	tasks  map[string]core.TaskKind
+	owners map[string]string // a task's owning subagent, for nested tasks
+	// gens counts each task id's (re)starts: a frame of an earlier run of
+	// the task is void.
+	gens    map[string]int
+	pid     int
 	pending []*wev // its future frames, cancelled when it dies
 	wakes   int    // finished tasks whose wake turn has not run yet
 	turn    int    // the number of the current (or last) turn
@@ -40,10 +46,11 @@ type extProcess struct {
 
 func (w *world) ext() *extProcess {
 	if w.proc == nil || !w.proc.alive || w.proc.inc != w.inc {
-		w.proc = &extProcess{alive: true, inc: w.inc, tasks: map[string]core.TaskKind{}}
+		w.pids++
+		w.proc = &extProcess{alive: true, inc: w.inc, tasks: map[string]core.TaskKind{}, owners: map[string]string{}, gens: map[string]int{}, pid: 4000 + w.pids}
 		p := w.proc
 		w.frame(p, w.latency(1, 50), "provider started", func() core.Input {
-			return core.ProviderStarted{Agent: core.MainAgent, PID: 4242, StartTicks: uint64(w.inc)}
+			return core.ProviderStarted{Agent: core.MainAgent, PID: p.pid, StartTicks: uint64(w.inc)}
 		})
 	}
 	return w.proc
@@ -91,6 +98,16 @@ func (w *world) externalEffect(ef core.Effect) {
 				return w.endTurn(p, "interrupted", false)
 			})
 		}
+	case core.StopProvider:
+		if p := w.proc; p != nil && p.alive {
+			w.frame(p, w.latency(1, 200), "provider stopped", func() core.Input {
+				p.alive = false
+				for _, e := range p.pending {
+					e.dead = true
+				}
+				return core.ProviderExited{Agent: core.MainAgent, PID: p.pid, Reason: "stopped: the agent was closed"}
+			})
+		}
 	case core.StopExternal:
 		if p := w.proc; p != nil && p.alive {
 			if kind, ok := p.tasks[ef.Task]; ok {
@@ -100,9 +117,17 @@ func (w *world) externalEffect(ef core.Effect) {
 						return nil
 					}
 					delete(p.tasks, id)
-					p.wakes++
-					defer w.nextTurn(p)
-					return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "killed", Summary: "stopped", Notify: true}
+					// The real CLI starts no wake turn after stop_task; it
+					// hands the notification over at the owner's next turn.
+					// The simulated process runs that turn soon, so that
+					// every notification is seen delivered by the end.
+					if parent := p.owners[id]; parent != "" {
+						w.wakeSubagent(p, parent)
+					} else {
+						p.wakes++
+						defer w.nextTurn(p)
+					}
+					return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "killed", Summary: "stopped", Notify: true}
 				})
 			}
 		}
@@ -142,18 +167,37 @@ func (w *world) nextTurn(p *extProcess) {
 		if w.rng.IntN(2) == 0 {
 			kind = core.TaskShell
 		}
+		owner := ""
+		if kind == core.TaskShell && w.rng.IntN(3) == 0 {
+			// A command of one of the process's own subagents.
+			for tid, k := range sortedTasks(p.tasks) {
+				if k == core.TaskAgent {
+					owner = tid
+					break
+				}
+			}
+		}
 		p.tasks[id] = kind
+		p.owners[id] = owner
+		p.gens[id]++
+		gen := p.gens[id]
 		started := w.frame(p, w.latency(1, 300), "external task started", func() core.Input {
-			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "running", Description: "background " + id}
+			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: owner, Status: "running", Description: "background " + id}
 		})
 		w.frameAt(p, started.Add(w.latency(50, 8000)), "external task finished", func() core.Input {
-			if _, live := p.tasks[id]; !live {
+			if _, live := p.tasks[id]; !live || p.gens[id] != gen {
 				return nil
 			}
 			delete(p.tasks, id)
-			p.wakes++
-			defer w.nextTurn(p)
-			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Status: "completed", Summary: "result of " + id, Notify: true}
+			if parent := p.owners[id]; parent != "" {
+				// The subagent that owns the command is woken by the
+				// process: it runs again and reports again.
+				w.wakeSubagent(p, parent)
+			} else {
+				p.wakes++
+				defer w.nextTurn(p)
+			}
+			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "completed", Summary: "result of " + id, Notify: true}
 		})
 	}
 	w.frame(p, w.latency(10, 1500), "turn ended", func() core.Input {
@@ -169,7 +213,7 @@ func (w *world) nextTurn(p *extProcess) {
 			for _, e := range p.pending {
 				e.dead = true
 			}
-			return core.ProviderExited{Agent: core.MainAgent, Reason: "simulated crash"}
+			return core.ProviderExited{Agent: core.MainAgent, PID: p.pid, Reason: "simulated crash"}
 		})
 	}
 }
@@ -207,5 +251,49 @@ func (w *world) scheduleAck() {
 			return nil
 		}
 		return core.CallerAck{Agent: core.MainAgent, Items: ids}
+	})
+}
+
+// sortedTasks returns a process's live tasks in id order, for determinism.
+func sortedTasks(m map[string]core.TaskKind) map[string]core.TaskKind {
+	// Iteration order of the returned map does not matter to callers that
+	// take the first agent task: pick deterministically below.
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := map[string]core.TaskKind{}
+	if len(ids) > 0 {
+		for _, id := range ids {
+			if m[id] == core.TaskAgent {
+				out[id] = core.TaskAgent
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// wakeSubagent has the process run one of its subagents again (after a
+// command of it finished) and report its end.
+func (w *world) wakeSubagent(p *extProcess, parent string) {
+	if _, live := p.tasks[parent]; live {
+		return // still running: it takes the result in its current run
+	}
+	p.tasks[parent] = core.TaskAgent
+	p.gens[parent]++
+	gen := p.gens[parent]
+	woken := w.frame(p, w.latency(1, 200), "subagent woken", func() core.Input {
+		return core.ExternalTask{Agent: core.MainAgent, ID: parent, Kind: core.TaskAgent, Status: "running"}
+	})
+	w.frameAt(p, woken.Add(w.latency(300, 3000)), "subagent woken done", func() core.Input {
+		if _, live := p.tasks[parent]; !live || p.gens[parent] != gen {
+			return nil
+		}
+		delete(p.tasks, parent)
+		p.wakes++
+		defer w.nextTurn(p)
+		return core.ExternalTask{Agent: core.MainAgent, ID: parent, Kind: core.TaskAgent, Status: "completed", Summary: "woken again", Notify: true}
 	})
 }

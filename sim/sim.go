@@ -97,6 +97,7 @@ type world struct {
 	scale      int
 	proc       *extProcess
 	extIDs     int
+	pids       int
 	ackPending bool
 	wakeSeq    int
 	approved   map[core.ApprovalID]bool
@@ -419,7 +420,7 @@ func (w *world) runEffects(effects []core.Effect) {
 		case core.Finalize:
 			in := core.FinalizeRun{Agent: ef.Agent, Seq: ef.Seq}
 			w.schedule(w.at(w.latency(1, 3000)), w.inc, "finalize", func() core.Input { return in })
-		case core.Deliver, core.Interrupt, core.StopExternal:
+		case core.Deliver, core.Interrupt, core.StopExternal, core.StopProvider:
 			w.externalEffect(ef)
 		}
 	}

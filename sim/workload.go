@@ -100,12 +100,20 @@ func (w *world) generateWorkload() {
 				}
 				return core.CancelItem{Item: pick(w, ids), By: "sim"}
 			})
-		case k < 90:
+		case k < 89:
 			w.schedule(at, 0, "close agent", func() core.Input {
 				if len(w.state.Order) < 2 {
 					return nil
 				}
 				return core.CloseAgent{Agent: string(pick(w, w.state.Order[1:])), By: "sim"}
+			})
+		case k < 90:
+			// Now and then the whole session is closed mid-flight.
+			w.schedule(at, 0, "close session", func() core.Input {
+				if w.rng.IntN(2) == 0 {
+					return core.CloseAgent{Agent: "main", By: "sim"}
+				}
+				return core.CloseSession{By: "sim", Reason: "closed by the simulated user"}
 			})
 		default:
 			w.schedule(at, 0, "move prompt", func() core.Input {
