@@ -118,6 +118,15 @@ func (a *actor) loop() {
 }
 
 func (a *actor) shutdown() {
+	if a.moved {
+		// The session belongs to another owner now (or to nobody until one
+		// adopts it): this runtime forgets it, so it may adopt it again.
+		a.rt.mu.Lock()
+		if a.rt.actors[a.id] == a {
+			delete(a.rt.actors, a.id)
+		}
+		a.rt.mu.Unlock()
+	}
 	a.cancel()
 	if a.timer != nil {
 		a.timer.Stop()
@@ -235,10 +244,13 @@ func (a *actor) process(batch []request) {
 	now := a.rt.clock.Now()
 	var events []core.Event
 	var effects []core.Effect
+	var fns []func()
 	outs := make([]core.Output, len(batch))
 	for i, r := range batch {
 		if r.fn != nil {
-			r.fn()
+			// Reads and controls run once the batch is committed: they
+			// never see a state the store may not keep (rule 8).
+			fns = append(fns, r.fn)
 			continue
 		}
 		a.forget(r.input)
@@ -250,6 +262,9 @@ func (a *actor) process(batch []request) {
 	if len(events) > 0 {
 		if _, err := a.commit(a.ctx, events); err != nil {
 			a.commitFailed(batch, err)
+			for _, fn := range fns {
+				fn()
+			}
 			return
 		}
 	}
@@ -259,6 +274,9 @@ func (a *actor) process(batch []request) {
 		}
 	}
 	a.after(events, effects)
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // forget drops the cancel function of an effect whose outcome arrived.
@@ -386,6 +404,9 @@ func (a *actor) retry() {
 	}
 	a.rt.log.Info("store accepts writes again; session resumes", "session", a.id, "waiting_inputs", len(a.deferred))
 	a.state, a.poisoned, a.retryWait = s, nil, 0
+	// A commit that failed may have landed (a lost COMMIT): what the store
+	// holds in flight is started again unless it still runs here.
+	a.startEffects(core.InFlight(s))
 	// A batch to carry the deferred inputs; when the queue is full one is
 	// on its way anyway.
 	select {
@@ -474,8 +495,15 @@ func (a *actor) renew() {
 		a.rt.log.Error("session lease lost; stopping the session here", "session", a.id)
 		a.moved = true
 		go a.stop()
+	case !a.rt.clock.Now().Before(a.lease.Expires):
+		// The lease ran out without a renewal: another node may own the
+		// session now. Stop acting for it (its processes end) before two
+		// nodes act at once; it is adopted again when the store answers.
+		a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", err)
+		a.moved = true
+		go a.stop()
 	default:
-		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err)
+		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err, "lease_expires", a.lease.Expires)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/permission"
@@ -78,6 +79,19 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("working directory %s is not a directory", abs)}
 		}
 		p.Cwd = abs
+	}
+	for i, d := range p.Dirs {
+		abs, err := filepath.Abs(d)
+		if d == "" || strings.ContainsRune(d, 0) || err != nil {
+			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("added directory %q is not a path", d)}
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("added directory %s is not a directory", abs)}
+		}
+		p.Dirs[i] = abs
+	}
+	if len(p.Dirs) > 0 && p.Cwd == "" {
+		return nil, &core.Error{Code: core.CodeInvalid, Message: "added directories need a working directory"}
 	}
 	id := core.SessionID(r.opts.NewID())
 	// Reserve the id so that adoption never takes a session being created.

@@ -41,10 +41,18 @@ func (a *actor) startEffects(effects []core.Effect) {
 		case core.Interrupt:
 			if x := a.ext[ef.Agent]; x != nil {
 				x.do(func(p provider.SessionProcess) error { return p.Interrupt() })
+			} else {
+				a.rt.log.Warn("interrupt for an agent with no provider process; nothing to interrupt", "session", a.id, "agent", ef.Agent)
 			}
 		case core.StopExternal:
 			if x := a.ext[ef.Agent]; x != nil {
 				x.do(func(p provider.SessionProcess) error { return p.StopTask(ef.Task) })
+			} else {
+				a.rt.log.Warn("stop of a provider task with no provider process", "session", a.id, "agent", ef.Agent, "task", ef.Task)
+			}
+		case core.StopProvider:
+			if x := a.ext[ef.Agent]; x != nil {
+				x.do(func(p provider.SessionProcess) error { return p.Close() })
 			}
 		default:
 			a.rt.log.Error("unknown effect; ignored", "session", a.id, "effect", core.EffectName(ef))
@@ -180,7 +188,7 @@ func (r *Runtime) execBash(ctx context.Context, sessionDir string, roots []strin
 		dir = roots[0]
 	}
 	out := filepath.Join(sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
-	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput})
+	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: commandEnv(os.Environ())})
 	var b strings.Builder
 	b.WriteString(res.Tail)
 	if res.Truncated || res.OutputBytes > int64(len(res.Tail)) {
@@ -254,7 +262,7 @@ func (a *actor) startShell(ef core.StartShell) {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return
 	}
-	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out})
+	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: commandEnv(os.Environ())})
 	if err != nil {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return
@@ -280,4 +288,35 @@ func tail(s string, n int) string {
 		i++
 	}
 	return "…" + s[i:]
+}
+
+// commandEnv is the environment of the commands an agent runs: vigil's own
+// without its secrets (API keys, tokens, passwords), which the command's
+// output would carry into the transcript, the store and the model.
+func commandEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if secretName(name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// secretName reports whether an environment variable's name says it holds
+// a secret.
+func secretName(name string) bool {
+	n := strings.ToUpper(name)
+	for _, suffix := range []string{"_API_KEY", "_APIKEY", "_TOKEN", "_SECRET", "_PASSWORD", "_AUTH_TOKEN", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY"} {
+		if strings.HasSuffix(n, suffix) {
+			return true
+		}
+	}
+	switch n {
+	case "VIGIL_TOKEN", "PGPASSWORD", "API_KEY", "TOKEN":
+		return true
+	}
+	return false
 }

@@ -28,8 +28,11 @@ type extProc struct {
 
 // extFor returns the worker of an agent's provider process, creating it.
 func (a *actor) extFor(agent core.AgentID) *extProc {
-	if x := a.ext[agent]; x != nil && !x.isExited() {
-		return x
+	if x := a.ext[agent]; x != nil {
+		if !x.isExited() {
+			return x
+		}
+		x.stop() // its process is gone; the worker goes too
 	}
 	x := &extProc{a: a, agent: agent, ops: make(chan func(), 64), quit: make(chan struct{})}
 	a.ext[agent] = x
@@ -129,7 +132,7 @@ func (x *extProc) deliver(ef core.Deliver) {
 			defer emitMu.Unlock()
 			if _, ok := in.(core.ProviderExited); ok {
 				x.mu.Lock()
-				if x.proc == started || x.proc == nil {
+				if x.proc == started {
 					x.exited = true
 				}
 				x.mu.Unlock()

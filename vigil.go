@@ -210,6 +210,12 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("vigil: list sessions: %w", err)
 	}
+	var failed error
+	defer func() {
+		if failed != nil {
+			r.log.Warn("some sessions were not taken over", "err", failed)
+		}
+	}()
 	for _, row := range rows {
 		r.mu.Lock()
 		_, mine := r.actors[core.SessionID(row.ID)]
@@ -247,7 +253,11 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("vigil: recover session %s: %w", row.ID, err)
+			// One session that cannot be taken over does not keep the
+			// others from it; it is tried again at the next pass.
+			r.log.Error("could not take over a session; will retry", "session", row.ID, "err", err)
+			failed = errors.Join(failed, fmt.Errorf("recover session %s: %w", row.ID, err))
+			continue
 		}
 	}
 	return nil

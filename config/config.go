@@ -2,7 +2,7 @@
 // directory, a project-local file that overrides it, and environment
 // variables that override both. It builds the model providers from it.
 //
-// A config file (YAML):
+// A config file (YAML) in the user's config directory:
 //
 //	provider: anthropic            # the default provider
 //	model: claude-sonnet-4-5       # the main agent's model
@@ -14,9 +14,12 @@
 //	  openai:    {base_url: "...", model: "..."}
 //	  ollama:    {kind: openai, base_url: "http://localhost:11434/v1", model: "qwen2.5-coder"}
 //
-// API keys come from the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY,
-// or the variable a provider names in api_key_env), never from a file in a
-// project, and never appear in logs or errors.
+// A project's .vigil/config.yaml may set only provider, model,
+// subagent_model and deny rules: a repository someone cloned must not pick
+// the program vigil runs, the server an API key goes to, or looser
+// permissions. API keys come from the environment (ANTHROPIC_API_KEY,
+// OPENAI_API_KEY, or the variable a provider names in api_key_env), never
+// from a file, and never appear in logs or errors.
 package config
 
 import (
@@ -73,11 +76,19 @@ type Provider struct {
 // Env reads environment variables; os.Getenv in production.
 type Env func(string) string
 
+// File is a config file and whether it belongs to a project (and so is
+// trusted only with what cannot run code, move keys or loosen
+// permissions).
+type File struct {
+	Path    string
+	Project bool
+}
+
 // Files returns the config files vigil reads, in order: the user's
 // (XDG_CONFIG_HOME or ~/.config, /vigil/config.yaml), then the project's
 // (.vigil/config.yaml in dir).
-func Files(env Env, dir string) []string {
-	var out []string
+func Files(env Env, dir string) []File {
+	var out []File
 	base := env("XDG_CONFIG_HOME")
 	if base == "" {
 		if home := env("HOME"); home != "" {
@@ -85,36 +96,58 @@ func Files(env Env, dir string) []string {
 		}
 	}
 	if base != "" {
-		out = append(out, filepath.Join(base, "vigil", "config.yaml"))
+		out = append(out, File{Path: filepath.Join(base, "vigil", "config.yaml")})
 	}
 	if dir != "" {
-		out = append(out, filepath.Join(dir, ".vigil", "config.yaml"))
+		out = append(out, File{Path: filepath.Join(dir, ".vigil", "config.yaml"), Project: true})
 	}
 	return out
+}
+
+// projectConfig is what a project's config file may set: a repository
+// someone cloned must not choose the program vigil runs, where an API key
+// is sent, or looser permissions. Deny rules only tighten; they are added
+// to the user's.
+type projectConfig struct {
+	Provider      string   `yaml:"provider"`
+	Model         string   `yaml:"model"`
+	SubagentModel string   `yaml:"subagent_model"`
+	Deny          []string `yaml:"deny"`
 }
 
 // Load reads the files that exist, later ones overriding earlier ones
 // field by field, then applies the environment: VIGIL_PROVIDER,
 // VIGIL_MODEL, VIGIL_SUBAGENT_MODEL, ANTHROPIC_BASE_URL, OPENAI_BASE_URL,
-// and the API keys.
-func Load(env Env, files ...string) (*Config, error) {
+// and the API keys. A project file may set only provider (one the user's
+// configuration defines or a built-in one), model, subagent_model and deny
+// rules.
+func Load(env Env, files ...File) (*Config, error) {
 	c := &Config{Providers: map[string]Provider{}}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := os.ReadFile(f.Path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read config %s: %w", f, err)
+			return nil, fmt.Errorf("read config %s: %w", f.Path, err)
 		}
-		var layer Config
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
-		if err := dec.Decode(&layer); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("config %s: %w", f, err)
+		if f.Project {
+			var p projectConfig
+			if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("project config %s: %w (a project file may set only provider, model, subagent_model and deny; the rest belongs in your own ~/.config/vigil/config.yaml)", f.Path, err)
+			}
+			c.merge(&Config{Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel})
+			c.Deny = append(c.Deny, p.Deny...)
+		} else {
+			var layer Config
+			if err := dec.Decode(&layer); err != nil && !errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("config %s: %w", f.Path, err)
+			}
+			c.merge(&layer)
 		}
-		c.merge(&layer)
-		c.Sources = append(c.Sources, f)
+		c.Sources = append(c.Sources, f.Path)
 	}
 	if v := env("VIGIL_PROVIDER"); v != "" {
 		c.Provider = v

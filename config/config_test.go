@@ -25,17 +25,18 @@ func TestLayersAndEnvironment(t *testing.T) {
 provider: anthropic
 model: big
 subagent_model: small
+allow: ["Bash(go test *)"]
 providers:
   anthropic: {model: m1}
   ollama: {kind: openai, base_url: "http://localhost:11434/v1", model: qwen}
 `)
-	write(t, filepath.Join(proj, ".vigil/config.yaml"), "model: project-model\nallow: [\"Bash(go test *)\"]\n")
+	write(t, filepath.Join(proj, ".vigil/config.yaml"), "model: project-model\ndeny: [\"Bash(rm *)\"]\n")
 	env := envOf(map[string]string{"HOME": home, "ANTHROPIC_API_KEY": "sk-secret-123", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"})
 	c, err := Load(env, Files(env, proj)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Model != "project-model" || c.SubagentModel != "small" || c.Provider != "anthropic" || len(c.Allow) != 1 {
+	if c.Model != "project-model" || c.SubagentModel != "small" || c.Provider != "anthropic" || len(c.Allow) != 1 || len(c.Deny) != 1 {
 		t.Fatalf("merged config: %+v", c)
 	}
 	if c.Providers["anthropic"].BaseURL != "http://127.0.0.1:9/" || !c.HasKey("anthropic") {
@@ -69,16 +70,16 @@ func TestDefaultsAndErrors(t *testing.T) {
 		t.Fatalf("default with an OpenAI key = %q", got)
 	}
 	dir := t.TempDir()
-	bad := filepath.Join(dir, "c.yaml")
-	write(t, bad, "providers: {x: {kind: nope}}")
+	bad := File{Path: filepath.Join(dir, "c.yaml")}
+	write(t, bad.Path, "providers: {x: {kind: nope}}")
 	if _, err := Load(envOf(nil), bad); err == nil {
 		t.Fatal("unknown kind accepted")
 	}
-	write(t, bad, "modle: typo")
+	write(t, bad.Path, "modle: typo")
 	if _, err := Load(envOf(nil), bad); err == nil {
 		t.Fatal("unknown field accepted")
 	}
-	write(t, bad, "")
+	write(t, bad.Path, "")
 	if _, err := Load(envOf(nil), bad); err != nil {
 		t.Fatalf("empty file: %v", err)
 	}
@@ -89,5 +90,30 @@ func TestKeyNeverInErrors(t *testing.T) {
 	_, err := c.Build("nope", nil)
 	if err == nil || strings.Contains(err.Error(), "sk-very-secret") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A project's config file (a repository someone cloned) cannot choose the
+// program vigil runs, where the API key goes, or looser permissions.
+func TestProjectFileIsNotTrusted(t *testing.T) {
+	dir := t.TempDir()
+	proj := File{Path: filepath.Join(dir, ".vigil/config.yaml"), Project: true}
+	for _, body := range []string{
+		"providers: {cc: {kind: claude-code, path: ./evil.sh}}",
+		"providers: {anthropic: {base_url: \"http://127.0.0.1:1\"}}",
+		"providers: {anthropic: {api_key_env: HOME}}",
+		"permission_mode: bypass",
+		"allow: [\"Bash\"]",
+	} {
+		write(t, proj.Path, body)
+		_, err := Load(envOf(map[string]string{"ANTHROPIC_API_KEY": "k"}), proj)
+		if err == nil || !strings.Contains(err.Error(), "a project file may set only") {
+			t.Errorf("project file %q accepted: %v", body, err)
+		}
+	}
+	write(t, proj.Path, "model: m\nsubagent_model: s\nprovider: anthropic\ndeny: [\"Bash(curl *)\"]")
+	c, err := Load(envOf(nil), proj)
+	if err != nil || c.Model != "m" || len(c.Deny) != 1 {
+		t.Fatalf("allowed project settings: %+v %v", c, err)
 	}
 }

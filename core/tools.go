@@ -795,6 +795,30 @@ func (st *stepper) recover(in Recover) {
 	}
 }
 
+// InFlight returns the effects a state has in flight: model calls and tool
+// executions it waits for. A runtime that reloaded a session's state after
+// a commit whose outcome it could not know starts them again (their ids
+// make that safe); processes it still runs are not among them.
+func InFlight(s *State) []Effect {
+	var out []Effect
+	st := &stepper{s: s}
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if a.Run == nil || a.Driver != DriverLoop {
+			continue
+		}
+		if c := a.Run.Call; c != nil && c.State != CallWaitingSlot {
+			out = append(out, st.callModel(a))
+		}
+		for _, tc := range a.Run.Tools {
+			if !tc.Done && tc.Wait == WaitEffect {
+				out = append(out, ExecTool{Agent: a.ID, Run: a.Run.Seq, UseID: tc.UseID, Name: tc.Name, Input: tc.Input})
+			}
+		}
+	}
+	return out
+}
+
 // reissuable are tools that are safe to execute again after a crash.
 var reissuable = map[string]bool{"Read": true, "Glob": true, "Grep": true, "TaskOutput": true, "ListAgents": true, "Write": true}
 

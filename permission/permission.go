@@ -5,11 +5,19 @@
 // "Bash(git *)" matches Bash calls whose command starts with "git ",
 // "Write(src/*)" matches writes under src/, "Read" matches every Read. In a
 // pattern, * matches any run of characters (slashes and spaces included).
+//
+// Allow rules are read narrowly: a Bash pattern does not allow a command
+// that chains, substitutes or redirects (;, &, |, $, backquotes, <, >,
+// parentheses, braces, newlines) unless the rule spells the whole command,
+// and a path pattern does not allow a path that climbs out with "..".
+// Deny rules are read widely: a Bash deny rule matches any command a line
+// chains, and a path is matched as written and cleaned.
 package permission
 
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -61,7 +69,7 @@ var edits = map[string]bool{"Write": true, "Edit": true}
 func Decide(mode string, allow, deny []string, tool string, input json.RawMessage) (Decision, string) {
 	subject := Subject(tool, input)
 	for _, r := range deny {
-		if Match(r, tool, subject) {
+		if matchDeny(r, tool, subject) {
 			return Deny, fmt.Sprintf("denied by rule %q", r)
 		}
 	}
@@ -72,7 +80,7 @@ func Decide(mode string, allow, deny []string, tool string, input json.RawMessag
 		return Allow, "mode bypass"
 	}
 	for _, r := range allow {
-		if Match(r, tool, subject) {
+		if matchAllow(r, tool, subject) {
 			return Allow, fmt.Sprintf("allowed by rule %q", r)
 		}
 	}
@@ -139,6 +147,79 @@ func Match(rule, tool, subject string) bool {
 	}
 	return glob(pattern, subject)
 }
+
+// shellMeta are the characters that chain, substitute or redirect in a
+// shell command line.
+const shellMeta = ";&|`$<>(){}\n"
+
+// matchAllow is Match made safe for allowing: a Bash pattern never allows
+// a command that chains, substitutes or redirects (the pattern would
+// vouch for more than it names) unless the rule spells the whole command;
+// a path pattern never allows a path that climbs out with "..".
+func matchAllow(rule, tool, subject string) bool {
+	name, pattern, ok := parse(rule)
+	if !ok || name != tool {
+		return false
+	}
+	if pattern == "" {
+		return true
+	}
+	switch {
+	case tool == "Bash":
+		cmd := strings.TrimSpace(subject)
+		if strings.ContainsAny(cmd, shellMeta) {
+			return pattern == cmd
+		}
+		return glob(pattern, cmd)
+	case isPathTool(tool):
+		p := cleanPath(subject)
+		if p == ".." || strings.HasPrefix(p, "../") {
+			return false
+		}
+		return glob(pattern, p)
+	}
+	return glob(pattern, subject)
+}
+
+// matchDeny is Match made hard to slip past: a Bash command is denied when
+// the rule matches it or any command it chains; a path is denied when the
+// rule matches it as written or cleaned.
+func matchDeny(rule, tool, subject string) bool {
+	name, pattern, ok := parse(rule)
+	if !ok || name != tool {
+		return false
+	}
+	if pattern == "" {
+		return true
+	}
+	switch {
+	case tool == "Bash":
+		cmd := strings.TrimSpace(subject)
+		if glob(pattern, cmd) {
+			return true
+		}
+		for _, part := range strings.FieldsFunc(cmd, func(r rune) bool { return strings.ContainsRune(shellMeta, r) }) {
+			if glob(pattern, strings.TrimSpace(part)) {
+				return true
+			}
+		}
+		return false
+	case isPathTool(tool):
+		return glob(pattern, subject) || glob(pattern, cleanPath(subject))
+	}
+	return glob(pattern, subject)
+}
+
+func isPathTool(tool string) bool {
+	switch tool {
+	case "Read", "Write", "Edit", "Glob", "Grep":
+		return true
+	}
+	return false
+}
+
+// cleanPath cleans a slash-separated path.
+func cleanPath(p string) string { return path.Clean(strings.ReplaceAll(p, "\\", "/")) }
 
 func parse(rule string) (name, pattern string, ok bool) {
 	rule = strings.TrimSpace(rule)

@@ -26,6 +26,9 @@ func (f *storeFlags) open(ctx context.Context, e *env, logger *slog.Logger) (sto
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", "", nil, fmt.Errorf("data directory: %w", err)
 	}
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		logger.Warn("the data directory can be read by other users; sessions and task output are private (chmod 700 it)", "dir", dir, "mode", fi.Mode().Perm().String())
+	}
 	db := f.db
 	if db == "" {
 		db = e.getenv("VIGIL_DB")

@@ -210,7 +210,8 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 }
 
 // createFile creates the database file (mode 0600) and its directory (mode
-// 0700) when missing, and checks that an existing file can be written.
+// 0700) when missing, narrows an existing file others could read to its
+// owner, and checks that it can be written.
 func createFile(path string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -220,7 +221,15 @@ func createFile(path string) error {
 	if err != nil {
 		return osErr(err)
 	}
-	return f.Close()
+	defer f.Close()
+	// An existing file others can read is narrowed: sessions hold the
+	// users' conversations.
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := f.Chmod(fi.Mode().Perm() &^ 0o077); err != nil {
+			return osErr(err)
+		}
+	}
+	return nil
 }
 
 // openErr maps an error of opening the database; SQLite cannot open a
