@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -71,7 +72,11 @@ func NewBridge(opts *BridgeOptions) *Bridge {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc.Transport = &headerTransport{base: base, token: o.Token, owner: o.Owner}
+	host := ""
+	if u, err := url.Parse(o.URL); err == nil {
+		host = u.Host
+	}
+	hc.Transport = &headerTransport{base: base, token: o.Token, owner: o.Owner, host: host}
 	o.HTTPClient = hc
 	return &Bridge{opts: o, log: o.Logger, cl: mcp.NewClient(&mcp.Implementation{Name: "vigil-bridge", Version: o.Version}, nil)}
 }
@@ -80,12 +85,15 @@ func NewBridge(opts *BridgeOptions) *Bridge {
 type headerTransport struct {
 	base         http.RoundTripper
 	token, owner string
+	// host is the server's host: the token goes to it only, never to a
+	// host a redirect names.
+	host string
 }
 
 // RoundTrip implements http.RoundTripper.
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	if t.token != "" {
+	if t.token != "" && r.URL.Host == t.host {
 		r.Header.Set("Authorization", "Bearer "+t.token)
 	}
 	r.Header.Set(OwnerHeader, t.owner)

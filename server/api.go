@@ -3,11 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
@@ -437,7 +439,11 @@ func (s *Server) taskOutput(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, TaskOutput{Task: core.TaskID(task), Status: status, Offset: offset, Next: next, Data: string(data)})
+	out := TaskOutput{Task: core.TaskID(task), Status: status, Offset: offset, Next: next, Data: string(data)}
+	if !utf8.Valid(data) {
+		out.Data, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

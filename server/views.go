@@ -152,6 +152,9 @@ type TaskOutput struct {
 	// Next is the offset to read from next.
 	Next int64  `json:"next"`
 	Data string `json:"data"`
+	// Encoding is "base64" when the bytes are not valid UTF-8 (binary
+	// output, or a read that cut a character): Data is then base64.
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // InboxItem is a queued item with its agent, position and whether a user

@@ -15,6 +15,9 @@ import (
 	"unicode/utf8"
 )
 
+// maxEditBytes is the largest file Edit reads into memory.
+const maxEditBytes = 16 << 20
+
 const (
 	// binarySniff is how many leading bytes are checked for a NUL byte.
 	binarySniff = 8000
@@ -248,6 +251,9 @@ func execEdit(_ context.Context, f *fsys, in args) (string, error) {
 	fi, err := statFile(root, r, path)
 	if err != nil {
 		return "", err
+	}
+	if fi.Size() > maxEditBytes {
+		return "", fmt.Errorf("%s is %d bytes; Edit changes files up to %d bytes (use Bash for larger ones)", path, fi.Size(), maxEditBytes)
 	}
 	data, err := root.ReadFile(r.rel)
 	if err != nil {
