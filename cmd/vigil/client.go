@@ -253,60 +253,46 @@ func cmdSessions(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdShow(ctx context.Context, e *env, args []string) error {
-	cf, pos, err := clientCommand(e, "show", "show <session>", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client(e)
-	if err != nil {
-		return err
-	}
-	var d server.SessionDetail
-	b, err := c.get(ctx, sessionPath(pos[0]), &d)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	s := d.Session
-	state := "open"
-	if s.Closed {
-		state = "closed: " + s.CloseReason
-	}
-	fmt.Fprintf(e.stdout, "session %s %q (%s; provider %s; mode %s; %d events; created %s)\n", s.ID, s.Title, state, s.Provider, s.Permissions.Mode, d.Seq, ago(s.Created))
-	if d.Hold != nil {
-		fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(d.Hold.By, "the user"), ago(d.Hold.Since), reasonSuffix(d.Hold.Reason))
-	}
-	if d.Quiescent {
-		fmt.Fprintln(e.stdout, "quiescent: no run in progress, no live task, every inbox empty")
-	}
-	fmt.Fprintln(e.stdout)
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tID\tSTATE\tRUNS\tINBOX\tLAST ACTIVE\tTASK\tDOING")
-	for _, a := range d.Agents {
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", strings.Repeat("  ", a.Depth), a.Name, a.ID, a.State, a.Runs, len(a.Inbox), ago(a.LastActive), a.Task, doing(a))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(d.Tasks) > 0 {
+	return sessionView(ctx, e, "show", args, nil, func(d *server.SessionDetail) error {
+		s := d.Session
+		state := "open"
+		if s.Closed {
+			state = "closed: " + s.CloseReason
+		}
+		fmt.Fprintf(e.stdout, "session %s %q (%s; provider %s; mode %s; %d events; created %s)\n", s.ID, s.Title, state, s.Provider, s.Permissions.Mode, d.Seq, ago(s.Created))
+		if d.Hold != nil {
+			fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(d.Hold.By, "the user"), ago(d.Hold.Since), reasonSuffix(d.Hold.Reason))
+		}
+		if d.Quiescent {
+			fmt.Fprintln(e.stdout, "quiescent: no run in progress, no live task, every inbox empty")
+		}
 		fmt.Fprintln(e.stdout)
-		if err := printTasks(e, d.Tasks); err != nil {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AGENT\tID\tSTATE\tRUNS\tINBOX\tLAST ACTIVE\tTASK\tDOING")
+		for _, a := range d.Agents {
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", strings.Repeat("  ", a.Depth), a.Name, a.ID, a.State, a.Runs, len(a.Inbox), ago(a.LastActive), a.Task, doing(a))
+		}
+		if err := tw.Flush(); err != nil {
 			return err
 		}
-	}
-	if len(d.Approvals) > 0 {
-		fmt.Fprintln(e.stdout, "\npermission requests waiting for an answer:")
-		for _, p := range d.Approvals {
-			fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, clip(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
+		if len(d.Tasks) > 0 {
+			fmt.Fprintln(e.stdout)
+			if err := printTasks(e, d.Tasks); err != nil {
+				return err
+			}
 		}
-	}
-	printStatus(e, d.Status, false)
-	if len(d.Drops) > 0 {
-		fmt.Fprintf(e.stdout, "\nDROPS: %v\n", d.Drops)
-	}
-	return nil
+		if len(d.Approvals) > 0 {
+			fmt.Fprintln(e.stdout, "\npermission requests waiting for an answer:")
+			for _, p := range d.Approvals {
+				fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, clip(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
+			}
+		}
+		printStatus(e, d.Status, false)
+		if len(d.Drops) > 0 {
+			fmt.Fprintf(e.stdout, "\nDROPS: %v\n", d.Drops)
+		}
+		return nil
+	})
 }
 
 // doing says what an agent is doing now.
@@ -383,24 +369,10 @@ func printStatus(e *env, inboxes []core.InboxStatus, always bool) {
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
-	cf, pos, err := clientCommand(e, "status", "status <session>", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client(e)
-	if err != nil {
-		return err
-	}
-	var st server.StatusView
-	b, err := c.get(ctx, sessionPath(pos[0], "status"), &st)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	printStatusView(e, st)
-	return nil
+	return sessionView(ctx, e, "status", args, []string{"status"}, func(st *server.StatusView) error {
+		printStatusView(e, *st)
+		return nil
+	})
 }
 
 func printStatusView(e *env, st server.StatusView) {
@@ -516,27 +488,13 @@ func progress(e *env, done <-chan struct{}, what string) {
 }
 
 func cmdTasks(ctx context.Context, e *env, args []string) error {
-	cf, pos, err := clientCommand(e, "tasks", "tasks <session>", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client(e)
-	if err != nil {
-		return err
-	}
-	var tl server.TaskList
-	b, err := c.get(ctx, sessionPath(pos[0], "tasks"), &tl)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	if len(tl.Tasks) == 0 {
-		fmt.Fprintln(e.stdout, "no tasks")
-		return nil
-	}
-	return printTasks(e, tl.Tasks)
+	return sessionView(ctx, e, "tasks", args, []string{"tasks"}, func(tl *server.TaskList) error {
+		if len(tl.Tasks) == 0 {
+			fmt.Fprintln(e.stdout, "no tasks")
+			return nil
+		}
+		return printTasks(e, tl.Tasks)
+	})
 }
 
 func cmdStop(ctx context.Context, e *env, args []string) error {
@@ -856,4 +814,26 @@ func reasonSuffix(r string) string {
 		return ""
 	}
 	return ": " + r
+}
+
+// sessionView runs a read-only command on one session: it GETs the path
+// under the session and prints the raw JSON with --json, else calls show.
+func sessionView[T any](ctx context.Context, e *env, name string, args []string, sub []string, show func(*T) error) error {
+	cf, pos, err := clientCommand(e, name, name+" <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	var v T
+	b, err := c.get(ctx, sessionPath(pos[0], sub...), &v)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	return show(&v)
 }
