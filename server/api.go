@@ -382,15 +382,22 @@ func (s *Server) agentViewOf(w http.ResponseWriter, r *http.Request, id, agent s
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		var a *core.Agent
-		if ref := r.URL.Query().Get("agent"); ref != "" {
-			var err error
-			if a, err = agentOf(st, ref); err != nil {
-				return nil, err
-			}
+		a, err := agentFilter(st, r)
+		if err != nil {
+			return nil, err
 		}
 		return RunList{Runs: runs(st, a)}, nil
 	})
+}
+
+// agentFilter returns the agent named by the ?agent= query, or nil for
+// all agents.
+func agentFilter(st *core.State, r *http.Request) (*core.Agent, error) {
+	ref := r.URL.Query().Get("agent")
+	if ref == "" {
+		return nil, nil
+	}
+	return agentOf(st, ref)
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
@@ -460,12 +467,9 @@ func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) error {
 	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		var a *core.Agent
-		if ref := r.URL.Query().Get("agent"); ref != "" {
-			var err error
-			if a, err = agentOf(st, ref); err != nil {
-				return nil, err
-			}
+		a, err := agentFilter(st, r)
+		if err != nil {
+			return nil, err
 		}
 		return InboxList{Items: inbox(st, a)}, nil
 	})
