@@ -58,10 +58,9 @@ type fakeClock struct {
 }
 
 type fakeTimer struct {
-	d          time.Duration
-	f          func()
-	done       bool
-	registered time.Time
+	d    time.Duration
+	f    func()
+	done bool
 }
 
 func newFakeClock() *fakeClock {

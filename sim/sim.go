@@ -418,7 +418,7 @@ func (w *world) runEffects(effects []core.Effect) {
 				})
 			}
 		case core.Finalize:
-			in := core.FinalizeRun{Agent: ef.Agent, Seq: ef.Seq}
+			in := core.FinalizeRun(ef)
 			w.schedule(w.at(w.latency(1, 3000)), w.inc, "finalize", func() core.Input { return in })
 		case core.Deliver, core.Interrupt, core.StopExternal, core.StopProvider:
 			w.externalEffect(ef)

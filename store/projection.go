@@ -182,9 +182,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 		case *core.NotesDelivered:
 			updNotes = append(updNotes, b.Keys...)
 		}
-		for _, k := range deliveredNotes(e.Body) {
-			updNotes = append(updNotes, k)
-		}
+		updNotes = append(updNotes, deliveredNotes(e.Body)...)
 	}
 	p.Session = sessionRow(s, events[len(events)-1].At)
 	for _, id := range s.Order {

@@ -75,14 +75,13 @@ type process struct {
 	pending    map[string]chan error
 	groups     map[int]uint64
 
-	stderr    tailBuffer
-	outR      *os.File
-	errR      *os.File
-	readDone  chan struct{}
-	errDone   chan struct{}
-	exitedCh  chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	stderr   tailBuffer
+	outR     *os.File
+	errR     *os.File
+	readDone chan struct{}
+	errDone  chan struct{}
+	exitedCh chan struct{}
+	done     chan struct{}
 }
 
 var _ provider.SessionProcess = (*process)(nil)

@@ -544,7 +544,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, eve
 		for _, ev := range events[n:] {
 			writeEvent(w, ev)
 		}
-		n = len(events)
 	}
 	switch {
 	case reply.Abort:
