@@ -375,10 +375,10 @@ func (r *Runtime) WaitQuiescent(ctx context.Context, session string) error {
 // bytes and the offset to read from next.
 func (r *Runtime) TaskOutput(ctx context.Context, session, task string, offset, limit int64) ([]byte, int64, error) {
 	var rel string
-	var found bool
+	var found, mirrored bool
 	if err := r.Inspect(ctx, session, func(s *core.State) {
 		if t := s.Tasks[core.TaskID(task)]; t != nil {
-			found, rel = true, t.OutputPath
+			found, rel, mirrored = true, t.OutputPath, t.External != ""
 		}
 	}); err != nil {
 		return nil, 0, err
@@ -390,6 +390,11 @@ func (r *Runtime) TaskOutput(ctx context.Context, session, task string, offset, 
 		return nil, 0, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("task %s is an agent task; it has no output file (read its runs)", task)}
 	}
 	path, err := r.resolveOutput(core.SessionID(session), rel)
+	if mirrored && filepath.IsAbs(rel) {
+		// A provider process's task writes its output where the provider
+		// keeps it (Claude Code: its own temp directory).
+		path, err = filepath.Clean(rel), nil
+	}
 	if err != nil {
 		return nil, 0, err
 	}
