@@ -17,6 +17,7 @@ package anthropic
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,9 +89,9 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider configured by opts.
 func New(opts Options) *Provider {
 	p := &Provider{
-		name:      cmp(opts.Name, "anthropic"),
+		name:      cmp.Or(opts.Name, "anthropic"),
 		apiKey:    opts.APIKey,
-		model:     cmp(opts.Model, DefaultModel),
+		model:     cmp.Or(opts.Model, DefaultModel),
 		maxTokens: opts.MaxTokens,
 		retry:     opts.Retry.WithDefaults(),
 		log:       opts.Logger,
@@ -107,7 +108,7 @@ func New(opts Options) *Provider {
 	}
 	sdkOpts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
-		option.WithBaseURL(cmp(opts.BaseURL, DefaultBaseURL)),
+		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
 		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0),
 	}
@@ -130,13 +131,6 @@ func defaultHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.ResponseHeaderTimeout = 10 * time.Minute
 	return &http.Client{Transport: t}
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Name implements provider.Provider.
@@ -328,9 +322,9 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	}
 	var e sdk.MessageStreamEventUnion
 	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, malformed("%s event: %v", cmp(ev.Type, "unnamed"), err)
+		return nil, malformed("%s event: %v", cmp.Or(ev.Type, "unnamed"), err)
 	}
-	typ := cmp(e.Type, ev.Type)
+	typ := cmp.Or(e.Type, ev.Type)
 	if typ != "message_start" && typ != "error" && typ != "ping" && !a.started {
 		return nil, malformed("%s before message_start", typ)
 	}

@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 
@@ -23,7 +24,7 @@ import (
 //     messages they leave empty.
 func (p *Provider) params(req *provider.Request) (sdk.MessageNewParams, error) {
 	params := sdk.MessageNewParams{
-		Model:     sdk.Model(cmp(req.Model, p.model)),
+		Model:     sdk.Model(cmp.Or(req.Model, p.model)),
 		MaxTokens: int64(p.maxTokens),
 	}
 	if req.MaxTokens > 0 {

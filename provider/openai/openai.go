@@ -18,6 +18,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -91,7 +92,7 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider configured by opts.
 func New(opts Options) *Provider {
 	p := &Provider{
-		name:      cmp(opts.Name, "openai"),
+		name:      cmp.Or(opts.Name, "openai"),
 		apiKey:    opts.APIKey,
 		model:     opts.Model,
 		maxTokens: opts.MaxTokens,
@@ -109,7 +110,7 @@ func New(opts Options) *Provider {
 		hc = &http.Client{Transport: t}
 	}
 	sdkOpts := []option.RequestOption{
-		option.WithBaseURL(cmp(opts.BaseURL, DefaultBaseURL)),
+		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
 		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0),
 	}
@@ -123,13 +124,6 @@ func New(opts Options) *Provider {
 	}
 	p.chat = sdk.NewChatCompletionService(sdkOpts...)
 	return p
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Name implements provider.Provider.
@@ -458,7 +452,7 @@ func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError
 		}
 		id := call.id
 		if id == "" {
-			id = fmt.Sprintf("call_%s_%d", cmp(a.callID, "vigil"), i)
+			id = fmt.Sprintf("call_%s_%d", cmp.Or(a.callID, "vigil"), i)
 		}
 		in := strings.TrimSpace(call.args.String())
 		if in == "" {

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ import (
 //     prefixed with "Error: ".
 func (p *Provider) params(req *provider.Request) (sdk.ChatCompletionNewParams, error) {
 	params := sdk.ChatCompletionNewParams{
-		Model:         shared.ChatModel(cmp(req.Model, p.model)),
+		Model:         shared.ChatModel(cmp.Or(req.Model, p.model)),
 		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
 	}
 	if params.Model == "" {
