@@ -27,10 +27,16 @@ const (
 	// (so a hold holds it) and its gate is released only when it drains;
 	// later wakes are swallowed while the gate is set.
 	BugHeldContinuation Bug = "held-continuation"
+	// BugProviderForever (002, seed 610484): what vigil expects of a
+	// provider process — a mirrored subagent's run to end, a turn to end, a
+	// notification to be delivered — has no deadline, so a process that
+	// never does it leaves the run "running" and the notification owed
+	// forever.
+	BugProviderForever Bug = "provider-forever"
 )
 
 // Bugs lists the injectable bugs.
-var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation}
+var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever}
 
 // Config sets the core's limits. Zero values mean defaults.
 type Config struct {
@@ -47,6 +53,12 @@ type Config struct {
 	GateTTL time.Duration
 	// ApprovalTTL is how long a permission request waits (default 1 hour).
 	ApprovalTTL time.Duration
+	// ProviderSilence bounds what vigil expects of a provider process (the
+	// Claude Code CLI): a turn or a mirrored subagent's run that it reports
+	// nothing of for this long is ended, and a notification it was to
+	// deliver but has not is handed to an agent vigil runs (default 30
+	// minutes, three times the CLI's longest Bash timeout).
+	ProviderSilence time.Duration
 	// Inject puts back a seed bug. Only the simulator sets it.
 	Inject Bug
 }
@@ -66,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ApprovalTTL == 0 {
 		c.ApprovalTTL = time.Hour
+	}
+	if c.ProviderSilence == 0 {
+		c.ProviderSilence = 30 * time.Minute
 	}
 	return c
 }

@@ -200,11 +200,13 @@ func (e *NotesDelivered) apply(s *State, _ time.Time) {
 }
 
 // NotificationRequeued moves a notification the provider process was to
-// deliver, but died before it did, into an inbox.
+// deliver, but did not (it died, it stopped the owner, or its deadline
+// passed), into an inbox vigil drains.
 type NotificationRequeued struct {
-	Key   NoteKey `json:"key"`
-	Owner AgentID `json:"owner"`
-	Item  ItemID  `json:"item"`
+	Key    NoteKey `json:"key"`
+	Owner  AgentID `json:"owner"`
+	Item   ItemID  `json:"item"`
+	Reason string  `json:"reason,omitempty"`
 }
 
 // Type implements Body: the name of the event.
@@ -266,7 +268,106 @@ func (e *ProcessRecorded) apply(s *State, _ time.Time) {
 	}
 }
 
+// RunHeard moves the deadline by which the provider process must report
+// more of a run (DESIGN rules 6 and 7: nothing is expected of a provider
+// without a deadline).
+type RunHeard struct {
+	Agent    AgentID   `json:"agent"`
+	Seq      int       `json:"seq"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// Type implements Body: the name of the event.
+func (*RunHeard) Type() string { return "run.heard" }
+func (e *RunHeard) apply(s *State, _ time.Time) {
+	if r := s.Agents[e.Agent].Run; r != nil && r.Seq == e.Seq {
+		r.Expect = e.Deadline
+	}
+}
+
+// heard records that the provider process said something of a's run: its
+// deadline moves on. To keep the log small the deadline moves only once
+// half of the allowance is used.
+func (st *stepper) heard(a *Agent) {
+	if a == nil || a.Run == nil || a.Driver != DriverExternal || st.cfg.Inject == BugProviderForever {
+		return
+	}
+	silence := st.cfg.ProviderSilence
+	if e := a.Run.Expect; !e.IsZero() && e.Sub(st.now) > silence/2 {
+		return
+	}
+	st.emit(&RunHeard{Agent: a.ID, Seq: a.Run.Seq, Deadline: st.now.Add(silence)})
+}
+
+// providerSilent ends a run of which the provider process reported nothing
+// before its deadline. A mirrored subagent's run ends interrupted with its
+// notification in the inbox of the agent at the top of its owner chain, and
+// the process is asked to stop the subagent; a turn of the agent itself is
+// cancelled (interrupt, then the cancel deadline).
+func (st *stepper) providerSilent(a *Agent) {
+	why := "the provider process reported nothing of this run for " + st.cfg.ProviderSilence.String()
+	st.drop("run "+a.Name+"#"+itoa(a.Run.Seq), "provider-silent", why+"; vigil ends it")
+	if a.Owner == "" {
+		st.cancelExternal(a, why)
+		return
+	}
+	t := st.s.Tasks[a.Task]
+	if root := st.s.Agents[st.root(t.Owner)]; root != nil && t.External != "" {
+		st.effect(StopExternal{Agent: root.ID, Task: t.External})
+	}
+	st.endMirrorRun(a, TaskInterrupted, why, chat.Usage{}, DeliverInbox)
+}
+
+// requeueNote hands a notification the provider process was to deliver to
+// agent to's inbox, which vigil drains.
+func (st *stepper) requeueNote(n *Note, to *Agent, reason string) {
+	item := st.nextItemID()
+	st.emit(&NotificationRequeued{Key: n.Key, Owner: to.ID, Item: item, Reason: reason})
+	key := n.Key
+	st.enqueue(to, Item{ID: item, Kind: KindNotification, Priority: PriorityNext, From: string(n.Agent), Note: &key})
+}
+
+// undeliveredNote reports whether n is a notification the provider process
+// still owes its owner.
+func undeliveredNote(n *Note) bool {
+	return n.Delivery == DeliverProvider && n.DeliveredRun == 0 && n.Dropped == ""
+}
+
+// notesOverdue hands every notification the provider process owes an
+// owner past its deadline to the inbox of the agent at the top of the
+// owner's chain.
+func (st *stepper) notesOverdue() {
+	for _, k := range st.s.NoteOrder {
+		n := st.s.Note(k)
+		if !undeliveredNote(n) || n.DeliverBy.IsZero() || n.DeliverBy.After(st.now) {
+			continue
+		}
+		to := st.s.Agents[st.root(n.Owner)]
+		if to == nil || to.State == AgentClosed || st.s.Session.Closed {
+			continue // closing drops it, loudly
+		}
+		why := "the provider process did not deliver it within " + st.cfg.ProviderSilence.String()
+		st.drop("provider delivery of notification "+k.String(), "provider-silent", why+"; it goes to "+to.Name+"'s inbox")
+		st.requeueNote(n, to, why)
+	}
+}
+
+// stopIdleMirror records that the provider process stopped a mirrored
+// subagent between its runs: it will not run it again unless asked, so
+// what the process still owed it goes to the agent at the top of its owner
+// chain.
+func (st *stepper) stopIdleMirror(m *Agent, t *Task) {
+	st.emit(&TaskUpdated{Task: t.ID, Status: TaskStopped, Ended: true})
+	to := st.s.Agents[st.root(m.ID)]
+	for _, k := range st.s.NoteOrder {
+		if n := st.s.Note(k); undeliveredNote(n) && n.Owner == m.ID {
+			st.requeueNote(n, to, "its owner "+m.Name+" was stopped before the provider process delivered it")
+		}
+	}
+}
+
 func init() {
+	register(func() Body { return &RunHeard{} })
 	register(func() Body { return &ProcessRecorded{} })
 	register(func() Body { return &RunCancelling{} })
 	register(func() Body { return &NotesDelivered{} })
@@ -290,6 +391,7 @@ func (st *stepper) deliver(a *Agent, items []*Item) {
 	d := st.deliverEffect(a, strings.Join(parts, "\n\n"))
 	d.Priority = prio
 	st.effect(d)
+	st.heard(a)
 }
 
 func (st *stepper) deliverEffect(a *Agent, text string) Deliver {
@@ -336,6 +438,7 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 	}
 	st.ackTurn(a)
+	st.heard(a)
 	// A turn takes in every notification the process holds for the agent.
 	st.providerDelivered(a)
 }
@@ -371,9 +474,17 @@ func (st *stepper) externalMessage(in ExternalMessage) {
 		return
 	}
 	target := st.mirror(a, in.Mirror)
-	if target == nil {
+	known := target != nil
+	if !known {
 		// A subagent we have not seen start: mirror it now.
 		target = st.mirrorAgent(a, ExternalTask{Agent: a.ID, ID: in.Mirror, Kind: TaskAgent, Status: "running", Description: "subagent " + in.Mirror})
+	}
+	if known && target != a && target.Run == nil && in.Message.Role != chat.RoleAssistant {
+		// What the process prints for an idle subagent that is not its
+		// model's output (the "[Request interrupted by user]" echo after a
+		// stop) starts no run: the CLI reports every run's start.
+		st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
+		return
 	}
 	if target.Run == nil && target.State != AgentClosed {
 		kind := RunProviderWake
@@ -386,6 +497,7 @@ func (st *stepper) externalMessage(in ExternalMessage) {
 	if target == a {
 		st.ackTurn(a)
 	}
+	st.heard(target)
 	st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
 }
 
@@ -508,9 +620,18 @@ func (st *stepper) externalTask(in ExternalTask) {
 			st.emit(&RunStarted{Agent: m.ID, Seq: len(m.Runs) + 1, Kind: RunKind(KindSpawn)})
 			st.providerDelivered(m)
 		}
+		st.heard(m)
+		return
+	}
+	if m.Run == nil && externalStatus(in.Status) == TaskStopped && t != nil && t.Status != TaskStopped && m.State != AgentClosed {
+		// Stopped between its runs (the CLI says so with task_updated
+		// killed and no notification): no run to end, but the process will
+		// not wake it for what it still owes it.
+		st.stopIdleMirror(m, t)
 		return
 	}
 	if !in.Notify {
+		st.heard(m)
 		return // a status update; the provider's notification ends the run
 	}
 	if m.Run == nil {
@@ -538,8 +659,13 @@ func (st *stepper) endMirrorRun(m *Agent, status TaskStatus, summary string, usa
 	sum := m.Runs[len(m.Runs)-1]
 	t := st.s.Tasks[m.Task]
 	st.writeExternalNote(t, NoteKey{Task: t.ID, Run: sum.Seq}, string(status), summary, usage, d)
-	if status == TaskLost {
+	switch status {
+	case TaskLost:
 		st.emit(&TaskUpdated{Task: t.ID, Status: TaskLost, Ended: true})
+	case TaskStopped:
+		// The process will not run a stopped subagent again unless asked
+		// to: what it owes it from now on goes to the top of its chain.
+		st.emit(&TaskUpdated{Task: t.ID, Status: TaskStopped, Ended: true})
 	}
 }
 
@@ -562,16 +688,26 @@ func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary strin
 		st.drop("notification "+n.Key.String(), "owner-closed", "its owner "+string(n.Owner)+" is closed")
 		return
 	}
+	if o := st.s.Agents[n.Owner]; d == DeliverProvider && o.Run == nil && st.s.Tasks[o.Task] != nil && st.s.Tasks[o.Task].Status == TaskStopped {
+		// The process stopped the owner: it will not run it for this.
+		d, n.Delivery = DeliverInbox, DeliverInbox
+	}
 	if d == DeliverProvider {
+		o := st.s.Agents[n.Owner]
+		inTurn := o.Run != nil && (o.Owner != "" || o.Run.Acked)
+		if !inTurn && st.cfg.Inject != BugProviderForever {
+			n.DeliverBy = st.now.Add(st.cfg.ProviderSilence)
+		}
 		st.emit(&NotificationWritten{Note: n})
 		// An owner in a turn takes it in that turn; an idle one at its
 		// next turn.
-		if o := st.s.Agents[n.Owner]; o != nil && o.Run != nil && (o.Owner != "" || o.Run.Acked) {
+		if inTurn {
 			st.emit(&NotesDelivered{Agent: o.ID, Run: o.Run.Seq, Keys: []NoteKey{n.Key}})
 		}
 		return
 	}
-	// The process is gone: the agent that owns the process hears of it.
+	// The process is gone, or stopped the owner: the agent that owns the
+	// process hears of it.
 	n.Owner = st.root(t.Owner)
 	st.deliverNote(n)
 }
@@ -638,7 +774,7 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 	// to the agent's inbox, so the next process hears of them.
 	for _, k := range st.s.NoteOrder {
 		n := st.s.Note(k)
-		if n.Delivery != DeliverProvider || n.DeliveredRun != 0 || n.Dropped != "" {
+		if !undeliveredNote(n) {
 			continue
 		}
 		if t := st.s.Tasks[k.Task]; t == nil || !st.ownedBy(t, a) {
@@ -649,10 +785,7 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 			st.drop("notification "+k.String(), "owner-closed", "the provider process ended before delivering it and "+a.Name+" is closed")
 			continue
 		}
-		item := st.nextItemID()
-		st.emit(&NotificationRequeued{Key: k, Owner: a.ID, Item: item})
-		key := k
-		st.enqueue(a, Item{ID: item, Kind: KindNotification, Priority: PriorityNext, From: string(n.Agent), Note: &key})
+		st.requeueNote(n, a, why)
 	}
 	if a.PID != 0 {
 		st.emit(&ProcessRecorded{Agent: a.ID, PID: 0})
@@ -664,6 +797,7 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 			// only by a run that sees it).
 			st.emit(&RunRedelivered{Agent: a.ID, Seq: r.Seq, Reason: why})
 			st.effect(st.deliverEffect(a, lastUserText(a)))
+			st.heard(a)
 			return
 		}
 		if !r.Acked {

@@ -3,6 +3,7 @@ package core
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigilrun/vigil/chat"
 )
@@ -108,5 +109,148 @@ func TestExternalNowInterrupts(t *testing.T) {
 	h.step(UserPrompt{Text: "stop that", Priority: PriorityNow})
 	if !interrupted {
 		t.Fatal("a now prompt did not interrupt the provider's turn")
+	}
+}
+
+// The sequence of simulator seed 610484: a mirrored subagent's run ends,
+// its own background command ends (a notification the process owes the
+// subagent), and then the process reports the subagent stopped, by a stop
+// asked while run 1 was ending. The stop must not be dropped as stale:
+// the subagent will not be woken for the notification, so it goes to
+// main's inbox, and main's next run delivers it.
+func TestExternalStopOfIdleSubagentRoutesItsNotifications(t *testing.T) {
+	h, delivered := newExternal(t)
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x5", Kind: TaskAgent, Status: "running"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x6", Kind: TaskShell, Owner: "x5", Status: "running", Description: "sleep"})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
+	sub := h.s.Agent("cc-x5")
+	h.step(CancelRun{Agent: sub.Name, By: "user"}) // asks the process to stop x5
+	h.step(ExternalTask{Agent: MainAgent, ID: "x5", Kind: TaskAgent, Status: "completed", Summary: "done", Notify: true})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x6", Kind: TaskShell, Owner: "x5", Status: "completed", Summary: "exit 0", Notify: true})
+	bashNote := h.s.Note(NoteKey{Task: "t2"})
+	if bashNote == nil || bashNote.Owner != sub.ID || bashNote.Delivery != DeliverProvider || bashNote.DeliverBy.IsZero() {
+		t.Fatalf("the command's notification, owed to the idle subagent with a deadline: %+v", bashNote)
+	}
+	before := len(*delivered)
+	h.step(ExternalTask{Agent: MainAgent, ID: "x5", Kind: TaskAgent, Status: "killed", Summary: "stopped", Notify: true})
+	if got := h.s.Tasks[sub.Task].Status; got != TaskStopped {
+		t.Fatalf("the stopped subagent's task is %s", got)
+	}
+	main := h.s.Agents[MainAgent]
+	bashNote = h.s.Note(NoteKey{Task: "t2"})
+	if bashNote.Delivery != DeliverInbox || bashNote.Owner != MainAgent || bashNote.Item == "" {
+		t.Fatalf("the command's notification did not go to main's inbox: %+v", bashNote)
+	}
+	if main.Run == nil || len(*delivered) != before+1 || !strings.Contains((*delivered)[before].Text, "t2") {
+		t.Fatalf("main was not run for the notification: run %+v, delivered %+v", main.Run, *delivered)
+	}
+	if h.s.Drops["stale-provider-report"] != 0 {
+		t.Fatalf("the stop report was dropped: %v", h.s.Drops)
+	}
+	// A later command of the stopped subagent goes to main at once.
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "seen"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x7", Kind: TaskShell, Owner: "x5", Status: "running", Description: "late"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x7", Kind: TaskShell, Owner: "x5", Status: "completed", Notify: true})
+	if n := h.s.Note(NoteKey{Task: "t3"}); n == nil || n.Delivery != DeliverInbox || n.Owner != MainAgent {
+		t.Fatalf("a stopped subagent's later notification: %+v", n)
+	}
+	// The process may still resume the subagent (a message to it): a new run.
+	h.step(ExternalTask{Agent: MainAgent, ID: "x5", Kind: TaskAgent, Status: "running"})
+	if sub.Run == nil || h.s.Tasks[sub.Task].Status != TaskRunning {
+		t.Fatalf("a stopped subagent was not resumed: %+v", sub.Run)
+	}
+}
+
+// A mirrored run the process never ends, and a notification it never
+// delivers, have deadlines: at them vigil ends the run, asks the process
+// to stop the subagent, and hands the notifications to main's inbox.
+func TestExternalProviderSilenceDeadlines(t *testing.T) {
+	h := &harness{t: t, c: New(Config{ProviderSilence: time.Minute}), s: NewState(), calls: map[CallID]CallModel{}}
+	h.step(CreateSession{Session: Session{ID: "s1"}, Driver: DriverExternal})
+	var stops []StopExternal
+	h.onEffect = func(e Effect) {
+		if s, ok := e.(StopExternal); ok {
+			stops = append(stops, s)
+		}
+	}
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "hung", Kind: TaskAgent, Status: "running"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "ok", Kind: TaskAgent, Status: "running"})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
+	hung, ok := h.s.Agent("cc-hung"), h.s.Agent("cc-ok")
+	if hung.Run.Expect.IsZero() {
+		t.Fatal("a mirrored run has no deadline")
+	}
+	// ok reports progress; hung says nothing.
+	h.now = h.now.Add(40 * time.Second)
+	h.step(ExternalMessage{Agent: MainAgent, Mirror: "ok", Message: chat.Message{Role: chat.RoleAssistant, Content: []chat.Block{chat.Text("working")}}})
+	h.step(ExternalTask{Agent: MainAgent, ID: "ok", Kind: TaskAgent, Status: "completed", Summary: "fine", Notify: true})
+	okNote := h.s.Note(NoteKey{Task: ok.Task, Run: 1})
+	if okNote.DeliverBy.IsZero() {
+		t.Fatal("a notification the process owes idle main has no deadline")
+	}
+	if d := NextDeadline(h.s); !d.Equal(hung.Run.Expect) {
+		t.Fatalf("next deadline %v, want the hung run's %v", d, hung.Run.Expect)
+	}
+	h.now = hung.Run.Expect.Add(-2 * time.Millisecond) // a step adds 1ms
+	h.step(Tick{})
+	if hung.Run == nil {
+		t.Fatal("the run ended before its deadline")
+	}
+	h.step(Tick{})
+	if hung.Run != nil || hung.Runs[0].Status != RunInterrupted {
+		t.Fatalf("the hung run did not end at its deadline: %+v", hung.Runs)
+	}
+	if len(stops) != 1 || stops[0].Task != "hung" {
+		t.Fatalf("the process was not asked to stop the hung subagent: %+v", stops)
+	}
+	main := h.s.Agents[MainAgent]
+	n := h.s.Note(NoteKey{Task: hung.Task, Run: 1})
+	if n == nil || n.Delivery != DeliverInbox || n.Owner != MainAgent || !strings.Contains(n.Reply, "reported nothing") {
+		t.Fatalf("the hung run's notification: %+v", n)
+	}
+	if main.Run == nil {
+		t.Fatal("main was not run for the hung run's notification")
+	}
+	// main's turn takes in the ok note the process owed it.
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	if okNote = h.s.Note(okNote.Key); okNote.DeliveredRun != main.Run.Seq {
+		t.Fatalf("ok's notification: %+v", okNote)
+	}
+	// main's turn never ends: it is cancelled at its deadline, then ended.
+	h.now = main.Run.Expect
+	h.step(Tick{})
+	if main.Run == nil || main.Run.Cancelling.IsZero() {
+		t.Fatalf("a silent turn was not cancelled: %+v", main.Run)
+	}
+	h.now = main.Run.Cancelling
+	h.step(Tick{})
+	if main.Run != nil || main.Runs[len(main.Runs)-1].Status != RunCancelled {
+		t.Fatalf("the silent turn did not end: %+v", main.Runs)
+	}
+	if h.s.Drops["provider-silent"] != 2 {
+		t.Fatalf("drops: %v", h.s.Drops)
+	}
+}
+
+// A notification the process owes an idle owner and never delivers goes to
+// main's inbox at its deadline.
+func TestExternalUndeliveredNotificationDeadline(t *testing.T) {
+	h := &harness{t: t, c: New(Config{ProviderSilence: time.Minute}), s: NewState(), calls: map[CallID]CallModel{}}
+	h.step(CreateSession{Session: Session{ID: "s1"}, Driver: DriverExternal})
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "running", Description: "sleep"})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "completed", Notify: true})
+	n := h.s.Note(NoteKey{Task: "t1"})
+	h.now = n.DeliverBy
+	h.step(Tick{})
+	if n = h.s.Note(n.Key); n.Delivery != DeliverInbox || n.Item == "" || h.s.Agents[MainAgent].Run == nil {
+		t.Fatalf("the overdue notification: %+v", n)
 	}
 }

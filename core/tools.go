@@ -545,7 +545,10 @@ func (st *stepper) stopTask(in StopTask) {
 		st.fail(CodeConflict, "task %s already ended (%s)", t.ID, t.Status)
 		return
 	}
-	if !st.taskBusy(t) && t.Kind == TaskAgent {
+	// A provider's subagent between runs can be stopped too: it may be
+	// waiting on background work of its own, which the stop ends.
+	idleMirror := t.External != "" && t.Status == TaskIdle
+	if !st.taskBusy(t) && t.Kind == TaskAgent && !idleMirror {
 		st.fail(CodeConflict, "task %s is not running (%s)", t.ID, t.Status)
 		return
 	}
@@ -728,6 +731,10 @@ func (st *stepper) tick() {
 			st.endRun(a, RunCancelled, "", "cancelled; the provider process did not end its turn when asked")
 			continue
 		}
+		if d := a.Run.Expect; !d.IsZero() && !d.After(st.now) && a.Run.Cancelling.IsZero() {
+			st.providerSilent(a)
+			continue
+		}
 		for _, tc := range a.Run.Tools {
 			if tc.Done || tc.Deadline.IsZero() || tc.Deadline.After(st.now) {
 				continue
@@ -745,6 +752,7 @@ func (st *stepper) tick() {
 			st.resolveApproval(p, false, "", "no answer before its deadline")
 		}
 	}
+	st.notesOverdue()
 }
 
 // recover takes a session over after a restart (DESIGN rule 7): shell
@@ -837,6 +845,11 @@ func NextDeadline(s *State) time.Time {
 	for _, p := range s.Approvals {
 		consider(p.Deadline)
 	}
+	for _, k := range s.NoteOrder {
+		if n := s.Note(k); undeliveredNote(n) {
+			consider(n.DeliverBy)
+		}
+	}
 	for _, id := range s.Order {
 		a := s.Agents[id]
 		if a.Gate != nil {
@@ -844,6 +857,9 @@ func NextDeadline(s *State) time.Time {
 		}
 		if a.Run != nil {
 			consider(a.Run.Cancelling)
+			if a.Run.Cancelling.IsZero() {
+				consider(a.Run.Expect)
+			}
 			for _, tc := range a.Run.Tools {
 				if !tc.Done {
 					consider(tc.Deadline)

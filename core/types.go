@@ -258,6 +258,10 @@ type Run struct {
 	// Cancelling is the deadline of a cancel asked of a provider process:
 	// the run ends when the process ends its turn, or at this deadline.
 	Cancelling time.Time `json:"cancelling,omitzero"`
+	// Expect is the deadline by which the provider process running this
+	// run must report more of it (a frame of its turn, or its end); it
+	// moves on with every report. Zero for runs vigil runs itself.
+	Expect time.Time `json:"expect,omitzero"`
 	// Finalizing is set only by the injected notified-flag bug: the run's
 	// reply is in but its stop notification has not been written yet.
 	Finalizing bool       `json:"finalizing,omitempty"`
@@ -447,6 +451,10 @@ type Note struct {
 	Item       ItemID        `json:"item,omitempty"`
 	// DeliveredRun is the owner's run that took the notification in (0 until then).
 	DeliveredRun int `json:"delivered_run,omitempty"`
+	// DeliverBy is the deadline of a notification the provider process
+	// delivers itself (DeliverProvider) to an idle owner: if no turn of the
+	// owner takes it in by then, it goes to an inbox vigil drains.
+	DeliverBy time.Time `json:"deliver_by,omitzero"`
 	// Dropped says why the notification could not be delivered (owner closed).
 	Dropped string `json:"dropped,omitempty"`
 }

@@ -44,12 +44,26 @@ func newChecker(w *world) *checker {
 	}
 }
 
-func (c *checker) violate(rule, detail string) {
+func (c *checker) violate(rule, detail string) { c.violateRun(rule, "", 0, detail) }
+
+// violateRun is violate for a violation about run seq of agent: the report
+// then names the step at which that run started and the steps that
+// touched the agent.
+func (c *checker) violateRun(rule string, agent core.AgentID, seq int, detail string) {
 	w := c.w
 	w.res.Violations++
 	if w.res.First == nil {
-		w.res.First = &Violation{Rule: rule, Step: w.steps, At: w.now.Sub(w.start), Detail: detail}
-		w.res.Trace = append([]string(nil), w.trace...)
+		v := &Violation{Rule: rule, Step: w.steps, At: w.now.Sub(w.start), Detail: detail}
+		if agent != "" {
+			v.Agent, v.Run = agent, seq
+			v.RunStep = w.runStep[runRef{agent, seq}]
+			v.Steps = append([]int(nil), w.touched[agent]...)
+			if a := w.state.Agents[agent]; a != nil {
+				v.Name = a.Name
+			}
+		}
+		w.res.First = v
+		w.res.Trace = w.traceLines()
 	}
 }
 
@@ -247,6 +261,9 @@ func (c *checker) stateRules() {
 			}
 		}
 	}
+	// Rules 6 and 7: nothing is expected of a provider process without a
+	// deadline — a run it runs, a notification it is to deliver.
+	c.providerPromises()
 	if limit := c.w.core.Config().MaxConcurrentCalls; limit > 0 && waiting > 0 && inflight < limit {
 		c.violate("4", fmt.Sprintf("%d model call(s) wait for a slot while only %d of %d are in flight", waiting, inflight, limit))
 	}
@@ -263,6 +280,39 @@ func (c *checker) stateRules() {
 			if p := c.w.procs[id]; p == nil || !p.alive {
 				c.violate("7", fmt.Sprintf("task %s is %s but its process is gone", id, t.Status))
 			}
+		}
+	}
+}
+
+// providerPromises checks that whatever vigil waits for a provider
+// process to do has a deadline that has not passed.
+func (c *checker) providerPromises() {
+	s, now := c.w.state, c.w.now
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		if a.Driver != core.DriverExternal || a.Run == nil || !a.Run.Cancelling.IsZero() {
+			continue
+		}
+		switch e := a.Run.Expect; {
+		case e.IsZero():
+			c.violateRun("7", a.ID, a.Run.Seq, fmt.Sprintf("run %s#%d waits on its provider process with no deadline", a.Name, a.Run.Seq))
+		case e.Before(now):
+			c.violateRun("7", a.ID, a.Run.Seq, fmt.Sprintf("run %s#%d still waits on its provider process past its deadline", a.Name, a.Run.Seq))
+		}
+	}
+	for _, k := range s.NoteOrder {
+		n := s.Note(k)
+		if n.Delivery != core.DeliverProvider || n.DeliveredRun != 0 || n.Dropped != "" {
+			continue
+		}
+		if o := s.Agents[n.Owner]; o != nil && o.Run != nil && o.Run.Acked {
+			continue // its owner's turn takes it in
+		}
+		switch {
+		case n.DeliverBy.IsZero():
+			c.violate("7", fmt.Sprintf("notification %s waits for its provider process to deliver it, with no deadline", k))
+		case n.DeliverBy.Before(now):
+			c.violate("7", fmt.Sprintf("notification %s still waits for its provider process past its deadline", k))
 		}
 	}
 }
@@ -288,7 +338,7 @@ func (c *checker) end() {
 		a := s.Agents[id]
 		w.res.Runs += len(a.Runs)
 		if a.Run != nil {
-			c.violate("end", fmt.Sprintf("run %s#%d never ended", a.Name, a.Run.Seq))
+			c.violateRun("end", id, a.Run.Seq, fmt.Sprintf("run %s#%d never ended", a.Name, a.Run.Seq))
 		}
 		for _, it := range a.Inbox {
 			if !heldByUser(s, it) {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -29,10 +30,14 @@ const (
 type extProcess struct {
 	alive  bool
 	inc    int64
-	busy   bool     // a turn is in progress
-	queue  []string // delivered texts waiting for their turn
-	tasks  map[string]core.TaskKind
-	owners map[string]string // a task's owning subagent, for nested tasks
+	busy   bool                     // a turn is in progress
+	queue  []string                 // delivered texts waiting for their turn
+	tasks  map[string]core.TaskKind // live tasks
+	kinds  map[string]core.TaskKind // every task it started
+	owners map[string]string        // a task's owning subagent, for nested tasks
+	// stopped holds, for a task stopped by stop_task, the generation it was
+	// stopped at: a stopped subagent is not woken for its commands.
+	stopped map[string]int
 	// gens counts each task id's (re)starts: a frame of an earlier run of
 	// the task is void.
 	gens    map[string]int
@@ -47,7 +52,7 @@ type extProcess struct {
 func (w *world) ext() *extProcess {
 	if w.proc == nil || !w.proc.alive || w.proc.inc != w.inc {
 		w.pids++
-		w.proc = &extProcess{alive: true, inc: w.inc, tasks: map[string]core.TaskKind{}, owners: map[string]string{}, gens: map[string]int{}, pid: 4000 + w.pids}
+		w.proc = &extProcess{alive: true, inc: w.inc, tasks: map[string]core.TaskKind{}, kinds: map[string]core.TaskKind{}, owners: map[string]string{}, stopped: map[string]int{}, gens: map[string]int{}, pid: 4000 + w.pids}
 		p := w.proc
 		w.frame(p, w.latency(1, 50), "provider started", func() core.Input {
 			return core.ProviderStarted{Agent: core.MainAgent, PID: p.pid, StartTicks: uint64(w.inc)}
@@ -110,28 +115,54 @@ func (w *world) externalEffect(ef core.Effect) {
 		}
 	case core.StopExternal:
 		if p := w.proc; p != nil && p.alive {
-			if kind, ok := p.tasks[ef.Task]; ok {
-				id := ef.Task
-				w.frame(p, w.latency(1, 200), "external task stopped", func() core.Input {
-					if _, live := p.tasks[id]; !live {
-						return nil
-					}
-					delete(p.tasks, id)
-					// The real CLI starts no wake turn after stop_task; it
-					// hands the notification over at the owner's next turn.
-					// The simulated process runs that turn soon, so that
-					// every notification is seen delivered by the end.
-					if parent := p.owners[id]; parent != "" {
-						w.wakeSubagent(p, parent)
-					} else {
-						p.wakes++
-						defer w.nextTurn(p)
-					}
-					return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "killed", Summary: "stopped", Notify: true}
-				})
+			if _, ok := p.kinds[ef.Task]; ok {
+				w.stopTask(p, ef.Task)
 			}
 		}
 	}
+}
+
+// stopTask is the process's answer to stop_task, as the CLI 2.1.328 gives
+// it: a live task is killed and notifies "stopped"; a subagent between runs
+// (waiting on its own commands) is reported killed with no notification;
+// either way a subagent's own live commands are killed and notify, and the
+// stopped subagent is not woken for them.
+func (w *world) stopTask(p *extProcess, id string) {
+	kind := p.kinds[id]
+	w.frame(p, w.latency(1, 200), "external task stopped", func() core.Input {
+		_, live := p.tasks[id]
+		if !live && (kind != core.TaskAgent || p.stopped[id] == p.gens[id]) {
+			return nil // ended already, or stopped already
+		}
+		delete(p.tasks, id)
+		p.stopped[id] = p.gens[id]
+		if kind == core.TaskAgent {
+			for _, child := range slices.Sorted(maps.Keys(p.tasks)) {
+				if p.owners[child] == id && p.tasks[child] == core.TaskShell {
+					w.frame(p, w.latency(1, 20), "external task stopped", func() core.Input {
+						if _, live := p.tasks[child]; !live {
+							return nil
+						}
+						delete(p.tasks, child)
+						return core.ExternalTask{Agent: core.MainAgent, ID: child, Kind: core.TaskShell, Owner: id, Status: "stopped", Summary: "stopped", Notify: true}
+					})
+				}
+			}
+		}
+		if !live {
+			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "killed"}
+		}
+		// The real CLI wakes the owner of a stopped task at its next turn;
+		// the simulated process runs that turn soon, so that every
+		// notification is seen delivered by the end.
+		if parent := p.owners[id]; parent != "" {
+			w.wakeSubagent(p, parent)
+		} else {
+			p.wakes++
+			defer w.nextTurn(p)
+		}
+		return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "killed", Summary: "stopped", Notify: true}
+	})
 }
 
 // nextTurn starts the process's next turn when it is free: one for a
@@ -178,34 +209,29 @@ func (w *world) nextTurn(p *extProcess) {
 			}
 		}
 		p.tasks[id] = kind
+		p.kinds[id] = kind
 		p.owners[id] = owner
 		p.gens[id]++
-		gen := p.gens[id]
 		started := w.frame(p, w.latency(1, 300), "external task started", func() core.Input {
 			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: owner, Status: "running", Description: "background " + id}
 		})
-		w.frameAt(p, started.Add(w.latency(50, 8000)), "external task finished", func() core.Input {
-			if _, live := p.tasks[id]; !live || p.gens[id] != gen {
+		// Now and then the process loses a subagent's run: it never
+		// reports its end (a hung subagent), and only a stop or the
+		// process's exit ends it.
+		if kind != core.TaskAgent || w.faults.IntN(20) != 0 {
+			w.finishLater(p, id, kind, started)
+		}
+	}
+	// A turn may hang too: then only an interrupt or the process's exit
+	// ends it.
+	if w.faults.IntN(30) != 0 {
+		w.frame(p, w.latency(10, 1500), "turn ended", func() core.Input {
+			if p.turn != turn {
 				return nil
 			}
-			delete(p.tasks, id)
-			if parent := p.owners[id]; parent != "" {
-				// The subagent that owns the command is woken by the
-				// process: it runs again and reports again.
-				w.wakeSubagent(p, parent)
-			} else {
-				p.wakes++
-				defer w.nextTurn(p)
-			}
-			return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "completed", Summary: "result of " + id, Notify: true}
+			return w.endTurn(p, "turn result", wake)
 		})
 	}
-	w.frame(p, w.latency(10, 1500), "turn ended", func() core.Input {
-		if p.turn != turn {
-			return nil
-		}
-		return w.endTurn(p, "turn result", wake)
-	})
 	if w.rng.IntN(12) == 0 {
 		// The process dies at some point: its later frames never come.
 		w.frame(p, w.latency(1, 3000), "provider died", func() core.Input {
@@ -216,6 +242,26 @@ func (w *world) nextTurn(p *extProcess) {
 			return core.ProviderExited{Agent: core.MainAgent, PID: p.pid, Reason: "simulated crash"}
 		})
 	}
+}
+
+// finishLater schedules the end of a background task the process started.
+func (w *world) finishLater(p *extProcess, id string, kind core.TaskKind, started time.Time) {
+	gen := p.gens[id]
+	w.frameAt(p, started.Add(w.latency(50, 8000)), "external task finished", func() core.Input {
+		if _, live := p.tasks[id]; !live || p.gens[id] != gen {
+			return nil
+		}
+		delete(p.tasks, id)
+		if parent := p.owners[id]; parent != "" {
+			// The subagent that owns the command is woken by the
+			// process: it runs again and reports again.
+			w.wakeSubagent(p, parent)
+		} else {
+			p.wakes++
+			defer w.nextTurn(p)
+		}
+		return core.ExternalTask{Agent: core.MainAgent, ID: id, Kind: kind, Owner: p.owners[id], Status: "completed", Summary: "result of " + id, Notify: true}
+	})
 }
 
 func (w *world) endTurn(p *extProcess, result string, wake bool) core.Input {
@@ -281,12 +327,23 @@ func (w *world) wakeSubagent(p *extProcess, parent string) {
 	if _, live := p.tasks[parent]; live {
 		return // still running: it takes the result in its current run
 	}
+	if p.stopped[parent] == p.gens[parent] {
+		return // stopped: the process does not run it again
+	}
 	p.tasks[parent] = core.TaskAgent
 	p.gens[parent]++
 	gen := p.gens[parent]
 	woken := w.frame(p, w.latency(1, 200), "subagent woken", func() core.Input {
+		if _, live := p.tasks[parent]; !live || p.gens[parent] != gen {
+			// Stopped before the process reported the wake: a process
+			// reports no start of a run it has already stopped.
+			return nil
+		}
 		return core.ExternalTask{Agent: core.MainAgent, ID: parent, Kind: core.TaskAgent, Status: "running"}
 	})
+	if w.faults.IntN(20) == 0 {
+		return // the process loses this run: it never reports its end
+	}
 	w.frameAt(p, woken.Add(w.latency(300, 3000)), "subagent woken done", func() core.Input {
 		if _, live := p.tasks[parent]; !live || p.gens[parent] != gen {
 			return nil

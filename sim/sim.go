@@ -15,8 +15,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
@@ -34,7 +36,16 @@ type Options struct {
 	MaxSteps int
 	// TraceLen is how many trace lines are kept for a report (default 40).
 	TraceLen int
+	// Trace picks the trace kept in Result.Trace. "" keeps the last
+	// TraceLen lines before the first violation; TraceFull keeps every
+	// step; any other value is an agent, by id ("a3") or by name ("cc-x5",
+	// "main"), and keeps every step that touched it. Each line starts with
+	// its step number ("#151 t=30.103s ..."). Tracing never changes the run.
+	Trace string
 }
+
+// TraceFull is the Options.Trace value that keeps every step.
+const TraceFull = "full"
 
 // Violation is a broken rule.
 type Violation struct {
@@ -42,6 +53,16 @@ type Violation struct {
 	Step   int
 	At     time.Duration // virtual time since the start
 	Detail string
+	// Agent and Run name the run the violation is about, when it is about
+	// one (Agent is empty otherwise); Name is the agent's name.
+	Agent core.AgentID
+	Name  string
+	Run   int
+	// RunStep is the step at which that run started (0 if no step of this
+	// seed started it).
+	RunStep int
+	// Steps are the steps that touched Agent, up to the violation.
+	Steps []int
 }
 
 // String implements fmt.Stringer.
@@ -59,8 +80,12 @@ type Result struct {
 	Messages   int
 	Violations int
 	First      *Violation
-	// Trace is the short trace that led to the first violation.
+	// Trace is the short trace that led to the first violation, or the
+	// trace Options.Trace asked for.
 	Trace []string
+	// Agents are, when Options.Trace is set, the seed's agents at the end,
+	// each as "id name" ("a3 cc-x5").
+	Agents []string
 	// Duration is the virtual time the run took.
 	Duration time.Duration
 	// Mode says how the session was driven: loop, external (a provider
@@ -68,22 +93,39 @@ type Result struct {
 	Mode string
 }
 
+// runRef names one run of one agent.
+type runRef struct {
+	agent core.AgentID
+	seq   int
+}
+
 // world is one simulated run.
 type world struct {
-	opts  Options
-	rng   *rand.Rand
-	core  *core.Core
-	state *core.State
-	log   []core.Event
-	start time.Time
-	now   time.Time
-	queue evQueue
-	qseq  int64
-	inc   int64
-	steps int
-	res   Result
-	chk   *checker
-	trace []string
+	opts Options
+	rng  *rand.Rand
+	// faults draws the provider faults (hung runs and turns) and their
+	// deadline: a stream of its own, so that adding a kind of fault leaves
+	// what every other draw of a seed does, and so its regression value,
+	// unchanged.
+	faults *rand.Rand
+	core   *core.Core
+	state  *core.State
+	log    []core.Event
+	start  time.Time
+	now    time.Time
+	queue  evQueue
+	qseq   int64
+	inc    int64
+	steps  int
+	res    Result
+	chk    *checker
+	trace  []traceStep // the steps the trace keeps, rendered on demand
+	// touched holds, for each agent, the steps that touched it, and
+	// runStep the step at which each run started: cheap enough to keep
+	// always, so that a violation about a run can say where it began.
+	touched map[core.AgentID][]int
+	runStep map[runRef]int
+	ids     []core.AgentID // the agents the current step touched
 
 	procs  map[core.TaskID]*proc
 	calls  map[core.CallID]*wev // pending model answers, by call
@@ -167,6 +209,7 @@ func Run(opts Options) Result {
 	w := &world{
 		opts:     opts,
 		rng:      rand.New(rand.NewPCG(uint64(opts.Seed), 0x9e3779b97f4a7c15)),
+		faults:   rand.New(rand.NewPCG(uint64(opts.Seed), 0x2545f4914f6cdd1d)),
 		state:    core.NewState(),
 		start:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		inc:      1,
@@ -174,10 +217,13 @@ func Run(opts Options) Result {
 		calls:    map[core.CallID]*wev{},
 		tools:    map[string]*wev{},
 		approved: map[core.ApprovalID]bool{},
+		touched:  map[core.AgentID][]int{},
+		runStep:  map[runRef]int{},
 	}
 	w.now = w.start
 	w.res.Seed = opts.Seed
-	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second}
+	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second,
+		ProviderSilence: time.Duration(10+w.faults.IntN(50)) * time.Second}
 	if w.rng.IntN(3) == 0 {
 		cfg.MaxConcurrentCalls = 1 + w.rng.IntN(3)
 	}
@@ -204,6 +250,12 @@ func Run(opts Options) Result {
 	w.loop()
 	w.res.Steps = w.steps
 	w.res.Duration = w.now.Sub(w.start)
+	if opts.Trace != "" {
+		w.res.Trace = w.traceLines()
+		for _, id := range w.state.Order {
+			w.res.Agents = append(w.res.Agents, string(id)+" "+w.state.Agents[id].Name)
+		}
+	}
 	return w.res
 }
 
@@ -244,20 +296,19 @@ func (w *world) step(in core.Input, name string) {
 	w.steps++
 	out := w.core.Step(w.state, w.now, in)
 	if out.Err != nil {
-		w.addTrace(fmt.Sprintf("%s %s refused: %v", w.clock(), name, out.Err))
+		w.record(in, nil, traceStep{name: name, out: out})
 		return
 	}
 	if crash == 1 {
 		// The process dies before the step commits: none of it happened.
-		w.addTrace(fmt.Sprintf("%s %s -> CRASH before commit", w.clock(), name))
+		w.record(in, nil, traceStep{name: name, crash: 1})
 		w.crash()
 		return
 	}
 	w.log = append(w.log, out.Events...)
-	w.addTrace(w.describe(name, out))
+	w.record(in, out.Events, traceStep{name: name, out: out, crash: crash})
 	w.chk.afterStep(in, out)
 	if crash == 2 {
-		w.addTrace(fmt.Sprintf("%s CRASH after commit, before effects", w.clock()))
 		w.crash()
 		return
 	}
@@ -297,6 +348,7 @@ func (w *world) crash() {
 	w.chk.onCrash()
 	// The new incarnation recovers before it accepts anything else.
 	w.step(core.Recover{Incarnation: w.inc}, "recover")
+
 }
 
 func stateJSON(s *core.State) string {
@@ -322,23 +374,227 @@ func (w *world) armTick() {
 	})
 }
 
-func (w *world) clock() string {
-	return fmt.Sprintf("t=%-9s", w.now.Sub(w.start).Round(time.Millisecond))
+// traceStep is a step the trace keeps, rendered into a line only when a
+// trace is asked for (most seeds pass and print none).
+type traceStep struct {
+	step  int
+	at    time.Time
+	name  string      // the world event that made the step
+	out   core.Output // its output; Err set if the core refused it
+	crash int         // 1: crashed before the commit, 2: after it
 }
 
-func (w *world) addTrace(line string) {
-	w.trace = append(w.trace, line)
-	if len(w.trace) > w.opts.TraceLen {
-		w.trace = w.trace[len(w.trace)-w.opts.TraceLen:]
+// traceLines renders the trace kept so far.
+func (w *world) traceLines() []string {
+	lines := make([]string, len(w.trace))
+	for i, t := range w.trace {
+		lines[i] = w.describe(t)
+	}
+	return lines
+}
+
+// record notes the agents the current step touched and the runs it
+// started (events is nil for a step that did not commit), and keeps its
+// trace line if Options.Trace asks for it.
+func (w *world) record(in core.Input, events []core.Event, ts traceStep) {
+	ids := w.touches(in, events)
+	for _, id := range ids {
+		w.touched[id] = append(w.touched[id], w.steps)
+	}
+	ts.step, ts.at = w.steps, w.now
+	switch t := w.opts.Trace; t {
+	case "":
+		w.trace = append(w.trace, ts)
+		if len(w.trace) > w.opts.TraceLen {
+			w.trace = w.trace[len(w.trace)-w.opts.TraceLen:]
+		}
+	case TraceFull:
+		w.trace = append(w.trace, ts)
+	default:
+		for _, id := range ids {
+			if a := w.state.Agents[id]; string(id) == t || (a != nil && a.Name == t) {
+				w.trace = append(w.trace, ts)
+				break
+			}
+		}
 	}
 }
 
-func (w *world) describe(name string, out core.Output) string {
+// touches returns the agents a step touched: those its events name
+// (directly, or through a task's agent and owner, a notification's owner
+// and agent, a message's sender and target), and those its input names,
+// read against the state after the step. It records the runs the events
+// start. The slice is reused by the next step.
+func (w *world) touches(in core.Input, events []core.Event) []core.AgentID {
+	s := w.state
+	w.ids = w.ids[:0]
+	add := func(id core.AgentID) {
+		if id != "" && !slices.Contains(w.ids, id) {
+			w.ids = append(w.ids, id)
+		}
+	}
+	task := func(id core.TaskID) {
+		if t := s.Tasks[id]; t != nil {
+			add(t.Agent)
+			add(t.Owner)
+		}
+	}
+	named := func(name string) { // an agent given by id or by name
+		if s.Agents[core.AgentID(name)] != nil {
+			add(core.AgentID(name))
+			return
+		}
+		for _, id := range s.Order {
+			if s.Agents[id].Name == name {
+				add(id)
+			}
+		}
+	}
+	for _, e := range events {
+		switch b := e.Body.(type) {
+		case *core.RunStarted:
+			add(b.Agent)
+			w.runStep[runRef{b.Agent, b.Seq}] = w.steps
+		case *core.SessionCreated:
+			add(core.MainAgent)
+		case *core.AgentCreated:
+			add(b.Agent.ID)
+			add(b.Agent.Owner)
+		case *core.TaskStarted:
+			add(b.Task.Agent)
+			add(b.Task.Owner)
+		case *core.TaskUpdated:
+			task(b.Task)
+		case *core.TaskProcess:
+			task(b.Task)
+		case *core.ItemEnqueued:
+			add(b.Item.Agent)
+		case *core.NotificationWritten:
+			add(b.Note.Owner)
+			add(b.Note.Agent)
+		case *core.NotificationDropped:
+			if n := s.Note(b.Key); n != nil {
+				add(n.Owner)
+				add(n.Agent)
+			}
+		case *core.MessageSent:
+			add(b.Msg.To)
+			named(b.Msg.From)
+		case *core.MessageResolved:
+			if m := s.Msgs[b.Msg]; m != nil {
+				add(m.To)
+				named(m.From)
+			}
+		case *core.TimerSet:
+			add(b.Timer.Agent)
+		case *core.ApprovalRequested:
+			add(b.Approval.Agent)
+		default:
+			add(agentField(b))
+		}
+	}
+	switch in := in.(type) {
+	case core.UserMessage:
+		named(in.To)
+	case core.CancelRun:
+		named(in.Agent)
+	case core.CloseAgent:
+		named(in.Agent)
+	case core.StopTask:
+		task(in.Task)
+	case core.ProcessStarted:
+		task(in.Task)
+	case core.ProcessExited:
+		task(in.Task)
+	case core.ShellStartFailed:
+		task(in.Task)
+	case core.ExternalTask:
+		// The provider's report of one of its tasks: the mirrored task's
+		// agent and owner, and those of the subagent that owns it.
+		add(in.Agent)
+		for _, id := range s.TaskOrder {
+			if x := s.Tasks[id].External; x != "" && (x == in.ID || x == in.Owner) {
+				task(id)
+			}
+		}
+	default:
+		add(agentField(in))
+	}
+	return w.ids
+}
+
+// agentFields caches, by type, the index of a struct's Agent field of type
+// core.AgentID (-1 if it has none).
+var agentFields sync.Map
+
+// agentField returns the Agent field of an event body or an input, if it
+// has one: most do.
+func agentField(x any) core.AgentID {
+	v := reflect.ValueOf(x)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return ""
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	i, ok := agentFields.Load(v.Type())
+	if !ok {
+		i = -1
+		if f, found := v.Type().FieldByName("Agent"); found && len(f.Index) == 1 && f.Type == reflect.TypeFor[core.AgentID]() {
+			i = f.Index[0]
+		}
+		agentFields.Store(v.Type(), i)
+	}
+	if i.(int) < 0 {
+		return ""
+	}
+	return core.AgentID(v.Field(i.(int)).String())
+}
+
+// describe renders a step of the trace: "#151 t=30.103s  tick ...".
+func (w *world) describe(t traceStep) string {
+	head := fmt.Sprintf("#%d t=%-9s", t.step, t.at.Sub(w.start).Round(time.Millisecond))
+	name, out := t.name, t.out
+	switch {
+	case out.Err != nil:
+		return fmt.Sprintf("%s %s refused: %v", head, name, out.Err)
+	case t.crash == 1:
+		return fmt.Sprintf("%s %s -> CRASH before commit", head, name)
+	}
 	var parts []string
 	for _, e := range out.Events {
 		parts = append(parts, DescribeEvent(e))
 	}
-	return fmt.Sprintf("%s %-22s %s", w.clock(), name, strings.Join(parts, "; "))
+	body := strings.Join(parts, "; ")
+	// The effects that stop or cancel something: a later step's report
+	// ("stopped", "cancelled") answers one of them.
+	var asks []string
+	for _, ef := range out.Effects {
+		switch ef := ef.(type) {
+		case core.StopExternal:
+			asks = append(asks, "stop provider task "+ef.Task)
+		case core.StopShell:
+			asks = append(asks, "stop shell "+string(ef.Task))
+		case core.Interrupt:
+			asks = append(asks, "interrupt "+string(ef.Agent))
+		case core.StopProvider:
+			asks = append(asks, "stop provider of "+string(ef.Agent))
+		case core.CancelCall:
+			asks = append(asks, "cancel call "+string(ef.Call))
+		case core.CancelTool:
+			asks = append(asks, "cancel tool "+ef.UseID)
+		}
+	}
+	if len(asks) > 0 {
+		body = strings.TrimSpace(body + " => " + strings.Join(asks, ", "))
+	}
+	if t.crash == 2 {
+		body = strings.TrimSpace(body + " -> CRASH after commit, before effects")
+	}
+	return strings.TrimRight(fmt.Sprintf("%s %-22s %s", head, name, body), " ")
 }
 
 // DescribeEvent renders an event in a few words for traces.

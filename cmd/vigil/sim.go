@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,12 +21,32 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	seeds := fs.Int("seeds", 1000, "how many seeds to run")
 	seed := fs.Int64("seed", 0, "run only this seed, with its trace")
 	first := fs.Int64("from", 1, "the first seed")
-	inject := fs.String("inject", "", "put a seed bug back into the core: notified-flag, oneshot-drain or held-continuation")
+	inject := fs.String("inject", "", "put a seed bug back into the core: "+bugNames())
+	listBugs := fs.Bool("list-bugs", false, "print the names of the seed bugs --inject takes, one a line")
 	expect := fs.Bool("expect-violation", false, "succeed only if a violation is found (for --inject)")
 	noCrash := fs.Bool("no-crash", false, "disable crash-and-recover")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "seeds run in parallel")
+	trace := fs.String("trace", "", "with --seed: print every step (full), or every step that touched one agent, by id (a3) or name (cc-x5, main)")
+	regressions := fs.String("regressions", "", "run exactly the seeds listed in this file (sim/regressions.txt)")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if *listBugs {
+		for _, b := range core.Bugs {
+			fmt.Fprintln(e.stdout, b)
+		}
+		return nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *trace != "" && !set["seed"] {
+		return &exitError{code: 2, err: fmt.Errorf("--trace needs --seed")}
+	}
+	if *regressions != "" && (set["seed"] || set["seeds"] || set["from"]) {
+		return &exitError{code: 2, err: fmt.Errorf("--regressions runs the seeds of its file: no --seed, --seeds or --from with it")}
 	}
 	bug := core.Bug(*inject)
 	if bug != core.BugNone {
@@ -32,21 +55,42 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 			known = known || b == bug
 		}
 		if !known {
-			return &exitError{code: 2, err: fmt.Errorf("unknown bug %q (want notified-flag, oneshot-drain or held-continuation)", *inject)}
+			return &exitError{code: 2, err: fmt.Errorf("unknown bug %q (want %s)", *inject, bugNames())}
 		}
 	}
 	from, n := *first, int64(*seeds)
-	if *seed != 0 {
+	if set["seed"] {
 		from, n = *seed, 1
 	}
+	// list, if set, is the seeds to run instead of from, from+1, ...
+	var list []int64
+	if *regressions != "" {
+		regs, err := sim.ReadRegressions(*regressions)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if len(regs) == 0 {
+			return &exitError{code: 2, err: fmt.Errorf("%s lists no seed", *regressions)}
+		}
+		var names []string
+		for _, r := range regs {
+			list = append(list, r.Seed)
+			names = append(names, strconv.FormatInt(r.Seed, 10))
+		}
+		n = int64(len(list))
+		fmt.Fprintf(e.stdout, "regression seeds (%d, from %s): %s\n", n, *regressions, strings.Join(names, " "))
+	}
+	opts := sim.Options{Inject: bug, NoCrash: *noCrash, Trace: *trace}
 	start := time.Now()
 	var (
 		mu                               sync.Mutex
 		steps, crashes, runs, notes, bad int64
 		firstBad                         *sim.Result
+		badSeeds                         []int64
+		single                           sim.Result // the only seed's, with --seed
 		modes                            = map[string]int{}
 	)
-	next := from
+	next := int64(0) // the index of the next seed
 	var wg sync.WaitGroup
 	for range max(*workers, 1) {
 		wg.Add(1)
@@ -54,22 +98,31 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 			defer wg.Done()
 			for {
 				mu.Lock()
-				if next >= from+n || ctx.Err() != nil {
+				if next >= n || ctx.Err() != nil {
 					mu.Unlock()
 					return
 				}
-				s := next
+				s := from + next
+				if list != nil {
+					s = list[next]
+				}
 				next++
 				mu.Unlock()
-				r := sim.Run(sim.Options{Seed: s, Inject: bug, NoCrash: *noCrash})
+				o := opts
+				o.Seed = s
+				r := sim.Run(o)
 				mu.Lock()
 				steps += int64(r.Steps)
 				crashes += int64(r.Crashes)
 				runs += int64(r.Runs)
 				notes += int64(r.Notes)
 				modes[r.Mode]++
+				if n == 1 {
+					single = r
+				}
 				if r.First != nil {
 					bad++
+					badSeeds = append(badSeeds, r.Seed)
 					if firstBad == nil || r.Seed < firstBad.Seed {
 						rr := r
 						firstBad = &rr
@@ -87,17 +140,52 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	if bug != core.BugNone {
 		label = "core with injected bug " + string(bug)
 	}
-	fmt.Fprintf(e.stdout, "vigil sim (%s): %d seeds from %d, %d steps, %d runs, %d notifications, %d crashes recovered, %d seeds with violations, %s\n",
-		label, n, from, steps, runs, notes, crashes, bad, time.Since(start).Round(time.Millisecond))
+	which := fmt.Sprintf("%d seeds from %d", n, from)
+	if list != nil {
+		which = fmt.Sprintf("%d regression seeds", n)
+	}
+	fmt.Fprintf(e.stdout, "vigil sim (%s): %s, %d steps, %d runs, %d notifications, %d crashes recovered, %d seeds with violations, %s\n",
+		label, which, steps, runs, notes, crashes, bad, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "sessions by driver: %d vigil loop, %d provider process, %d outside caller\n", modes["loop"], modes["external"], modes["caller"])
-	if firstBad != nil {
-		fmt.Fprintf(e.stdout, "first violation: seed %d: %s\nreplay with: vigil sim --seed %d", firstBad.Seed, firstBad.First, firstBad.Seed)
+	if *trace != "" {
+		printTrace(e, *trace, single)
+	}
+	if firstBad != nil && firstBad.First != nil {
+		flags := ""
 		if bug != core.BugNone {
-			fmt.Fprintf(e.stdout, " --inject %s", bug)
+			flags += " --inject " + string(bug)
 		}
-		fmt.Fprintln(e.stdout, "\ntrace (last steps):")
-		for _, l := range firstBad.Trace {
-			fmt.Fprintln(e.stdout, "  "+l)
+		if *noCrash {
+			flags += " --no-crash"
+		}
+		fmt.Fprintf(e.stdout, "first violation: seed %d: %s\nreplay with: vigil sim --seed %d%s\n", firstBad.Seed, firstBad.First, firstBad.Seed, flags)
+		if len(badSeeds) > 1 {
+			slices.Sort(badSeeds)
+			more := badSeeds[1:]
+			if len(more) > 20 {
+				more = more[:20]
+			}
+			fmt.Fprintf(e.stdout, "other seeds with violations (%d): %s", len(badSeeds)-1, strings.Trim(fmt.Sprint(more), "[]"))
+			if len(badSeeds)-1 > len(more) {
+				fmt.Fprint(e.stdout, " ...")
+			}
+			fmt.Fprintln(e.stdout)
+		}
+		if v := firstBad.First; v.Agent != "" {
+			lines := 200
+			if *trace != "" {
+				lines = 0 // printed above
+			}
+			sim.Explain(e.stdout, sim.Options{Inject: bug, NoCrash: *noCrash}, *firstBad, lines)
+			if lines > 0 {
+				fmt.Fprintf(e.stdout, "every step of %s: vigil sim --seed %d%s --trace %s\n", v.Agent, firstBad.Seed, flags, v.Agent)
+			}
+		}
+		if *trace == "" {
+			fmt.Fprintln(e.stdout, "trace (last steps):")
+			for _, l := range firstBad.Trace {
+				fmt.Fprintln(e.stdout, "  "+l)
+			}
 		}
 	}
 	switch {
@@ -107,4 +195,28 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 1, err: fmt.Errorf("%d seed(s) violated the rules", bad)}
 	}
 	return nil
+}
+
+// printTrace prints the trace of one seed that --trace asked for.
+func printTrace(e *env, which string, r sim.Result) {
+	switch {
+	case which == sim.TraceFull:
+		fmt.Fprintf(e.stdout, "trace of seed %d (every step):\n", r.Seed)
+	case len(r.Trace) == 0:
+		fmt.Fprintf(e.stdout, "trace of seed %d: no step touched %s; its agents (id name): %s\n", r.Seed, which, strings.Join(r.Agents, ", "))
+	default:
+		fmt.Fprintf(e.stdout, "trace of seed %d (the %d of %d steps that touched %s):\n", r.Seed, len(r.Trace), r.Steps, which)
+	}
+	for _, l := range r.Trace {
+		fmt.Fprintln(e.stdout, "  "+l)
+	}
+}
+
+// bugNames lists the seed bugs --inject takes.
+func bugNames() string {
+	names := make([]string, len(core.Bugs))
+	for i, b := range core.Bugs {
+		names[i] = string(b)
+	}
+	return strings.Join(names, ", ")
 }

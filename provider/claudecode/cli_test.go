@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -937,5 +939,144 @@ func TestSubagentBackgroundBash(t *testing.T) {
 		if n := s.Note(core.NoteKey{Task: agentTask.ID, Run: r.Seq}); n == nil || n.Reply != r.Reply {
 			t.Errorf("notification %s#%d: %+v", agentTask.ID, r.Seq, n)
 		}
+	}
+}
+
+// A background subagent starts a background command and is stopped before
+// the command exits: after its run ended (it waits on the command), or while
+// that run is still in its model round. The CLI 2.1.328 reports the agent
+// task killed and, in the model round, its run stopped; it kills the
+// command and reports it stopped, and wakes neither the subagent nor main
+// for it. Whatever the CLI reports, the session must settle, every run of
+// the mirrored subagent must end with a notification, and every
+// notification written must reach a run of some agent or be dropped with a
+// reason.
+func TestSubagentStoppedBeforeItsBackgroundBash(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// inRound stops the subagent while its model answers the command's
+		// tool result, instead of after its run ended.
+		inRound bool
+	}{
+		{name: "after its run ended"},
+		{name: "in its model round", inRound: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			hold := make(chan struct{})
+			t.Cleanup(func() { close(hold) })
+			held := make(chan struct{})
+			var once, seenOnce sync.Once
+			var shellID atomic.Value // the mirrored command's vigil task id, once known
+			shellID.Store("")
+			seen := make(chan int, 1) // the request in which main's model saw it
+			h.srv.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
+				if id := shellID.Load().(string); id != "" && !isSub(r) && slices.Contains(notified(r), id) {
+					seenOnce.Do(func() { seen <- r.N })
+				}
+				switch {
+				case isSub(r) && !lastIsToolResult(r) && strings.Contains(r.LastUserText(), "SUBTASK"):
+					return toolUse("Bash", `{"command":"sleep 3; echo SUBBG","description":"sub command","run_in_background":true}`), true
+				case isSub(r) && lastIsToolResult(r) && tc.inRound:
+					once.Do(func() { close(held) })
+					return providertest.Reply{Blocks: []chat.Block{chat.Text("SUB: never sent")}, Hold: hold}, true
+				case isSub(r):
+					return text(fmt.Sprintf("SUB: done #%d", r.N)), true
+				case strings.Contains(r.LastUserText(), "start the agent"):
+					return toolUse("Agent", `{"description":"worker","prompt":"SUBTASK: run a command","subagent_type":"general-purpose","run_in_background":true}`), true
+				case lastIsToolResult(r) && strings.Contains(r.LastUserText(), "Async agent launched"):
+					return text("MAIN: agent launched"), true
+				}
+				// Wakes and whatever vigil delivers to main.
+				return text(fmt.Sprintf("MAIN: noted #%d", r.N)), true
+			})
+			h.start("start the agent")
+			h.waitRunEnded(core.MainAgent, "MAIN: agent launched")
+			if tc.inRound {
+				select {
+				case <-held:
+				case <-h.ctx.Done():
+					h.dump()
+					t.Fatal("the subagent never answered its command's tool result")
+				}
+			} else {
+				h.waitEvent("the end of the subagent's run", func(typ string, data []byte) bool {
+					var e core.RunEnded
+					return typ == "run.ended" && json.Unmarshal(data, &e) == nil && e.Agent != core.MainAgent
+				})
+			}
+			h.waitEvent("the subagent's command", func(typ string, data []byte) bool {
+				var e core.TaskStarted
+				return typ == "task.started" && json.Unmarshal(data, &e) == nil && e.Task.Kind == core.TaskShell
+			})
+			s := h.state()
+			var agentTask, shellTask *core.Task
+			for _, id := range s.TaskOrder {
+				switch t := s.Tasks[id]; t.Kind {
+				case core.TaskAgent:
+					agentTask = t
+				case core.TaskShell:
+					shellTask = t
+				}
+			}
+			if agentTask == nil || shellTask == nil || shellTask.Owner != agentTask.Agent {
+				t.Fatalf("tasks: agent %+v, shell %+v", agentTask, shellTask)
+			}
+			if !shellTask.Status.Live() {
+				t.Fatalf("the command ended before the stop: %+v", shellTask)
+			}
+			shellID.Store(string(shellTask.ID))
+			requestsBefore := len(h.srv.Requests())
+			// A subagent between runs (waiting on its command) can be
+			// stopped as well as one in a model round.
+			if err := h.rt.StopTask(h.ctx, h.sess, string(agentTask.ID), "test"); err != nil {
+				t.Fatalf("StopTask of the %s subagent: %v", agentTask.Status, err)
+			}
+			h.waitEvent("the end of the subagent's command", func(typ string, data []byte) bool {
+				var e core.TaskUpdated
+				return typ == "task.updated" && json.Unmarshal(data, &e) == nil && e.Task == shellTask.ID && !e.Status.Live()
+			})
+
+			// The CLI tells no one of the command it killed; vigil does:
+			// main's model sees its notification.
+			select {
+			case n := <-seen:
+				t.Logf("main's model saw the stopped command's notification in request #%d", n)
+			case <-h.ctx.Done():
+				for _, r := range h.srv.Requests()[requestsBefore:] {
+					t.Logf("model request #%d after the stop (subagent %v): notifications of %v", r.N, isSub(r), notified(r))
+				}
+				h.dump()
+				t.Fatalf("no model request of main carried the stopped command's notification %s", shellTask.ID)
+			}
+			s = h.waitQuiet()
+			h.checkSettled(s)
+			sub := s.Agents[agentTask.Agent]
+			for _, r := range sub.Runs {
+				if r.Status == core.RunRunning {
+					t.Errorf("subagent run %d never ended: %+v", r.Seq, r)
+				} else if s.Note(core.NoteKey{Task: agentTask.ID, Run: r.Seq}) == nil {
+					t.Errorf("subagent run %d (%s) ended without a notification", r.Seq, r.Status)
+				}
+			}
+			for _, k := range s.NoteOrder {
+				n := s.Note(k)
+				if k.Task != agentTask.ID && k.Task != shellTask.ID {
+					continue
+				}
+				t.Logf("notification %s (%s): owner %s, delivery %s, item %q, delivered to run %d, dropped %q",
+					k, n.Status, n.Owner, n.Delivery, n.Item, n.DeliveredRun, n.Dropped)
+				if n.DeliveredRun == 0 && n.Dropped == "" {
+					t.Errorf("notification %s (%s) of %s was neither delivered nor dropped: delivery %s, item %q",
+						k, n.Status, n.Owner, n.Delivery, n.Item)
+					continue
+				}
+				if n.DeliveredRun > 0 {
+					if o := s.Agents[n.Owner]; o == nil || n.DeliveredRun > len(o.Runs) || o.Runs[n.DeliveredRun-1].Status == core.RunRunning {
+						t.Errorf("notification %s was delivered to run %d of %s, which is not a run that ended", k, n.DeliveredRun, n.Owner)
+					}
+				}
+			}
+		})
 	}
 }

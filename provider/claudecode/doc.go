@@ -54,7 +54,13 @@
 //     result. Idle, it is acknowledged too.
 //   - stop_task {"task_id":ID}: answered {}; the task ends (task_updated
 //     killed, task_notification stopped, no wake turn). An unknown id is
-//     acknowledged too.
+//     acknowledged too. A subagent stopped between its runs (waiting on a
+//     command of its own) gets task_updated killed and no notification; a
+//     subagent stopped in a model round notifies stopped and then echoes
+//     "[Request interrupted by user]", which starts no run. Either way the
+//     CLI kills the subagent's own commands, notifies them stopped, and
+//     delivers those notifications to no turn: the core hands them to the
+//     main agent's inbox (TestSubagentStoppedBeforeItsBackgroundBash).
 //   - an unknown subtype is refused: subtype error, error_code
 //     unsupported_request.
 //

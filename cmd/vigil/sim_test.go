@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/sim"
+)
+
+// runSim runs "vigil sim args..." and returns its exit code and output.
+func runSim(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb strings.Builder
+	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code := runMain(context.Background(), e, append([]string{"sim"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func TestSimTraceFull(t *testing.T) {
+	code, out, errs := runSim(t, "--seed", "1", "--trace", "full")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	r := sim.Run(sim.Options{Seed: 1})
+	if !strings.Contains(out, "trace of seed 1 (every step):\n  #1 t=0s ") {
+		t.Fatalf("no numbered full trace:\n%s", out)
+	}
+	if last := fmt.Sprintf("\n  #%d t=", r.Steps); !strings.Contains(out, last) {
+		t.Fatalf("the full trace does not reach step %d:\n%s", r.Steps, out)
+	}
+}
+
+func TestSimTraceAgent(t *testing.T) {
+	code, out, errs := runSim(t, "--seed", "1", "--trace", "main")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "steps that touched main):\n  #1 t=0s ") {
+		t.Fatalf("no trace of main:\n%s", out)
+	}
+	if code, _, errs := runSim(t, "--seeds", "3", "--trace", "full"); code != 2 || !strings.Contains(errs, "--trace needs --seed") {
+		t.Fatalf("--trace without --seed: exit %d, %q", code, errs)
+	}
+}
+
+func TestSimRegressions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "regressions.txt")
+	if err := os.WriteFile(path, []byte("# seeds\n3  # found a\n\n5  # found b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runSim(t, "--regressions", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "regression seeds (2, from "+path+"): 3 5\n") || !strings.Contains(out, "): 2 regression seeds, ") {
+		t.Fatalf("the seeds run are not named:\n%s", out)
+	}
+	if code, _, errs := runSim(t, "--regressions", path, "--seeds", "9"); code != 2 {
+		t.Fatalf("--regressions with --seeds: exit %d, %q", code, errs)
+	}
+}
+
+// A failing regression seed fails the run and prints its replay command.
+func TestSimRegressionFailurePrintsReplay(t *testing.T) {
+	bug := core.Bugs[0]
+	seed := int64(0)
+	for s := int64(1); s <= 300 && seed == 0; s++ {
+		if sim.Run(sim.Options{Seed: s, Inject: bug}).First != nil {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		t.Fatalf("no seed in 1..300 fails with %s injected", bug)
+	}
+	path := filepath.Join(t.TempDir(), "regressions.txt")
+	if err := os.WriteFile(path, fmt.Appendf(nil, "%d  # fails with %s\n", seed, bug), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runSim(t, "--regressions", path, "--inject", string(bug))
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	if want := fmt.Sprintf("replay with: vigil sim --seed %d --inject %s\n", seed, bug); !strings.Contains(out, want) {
+		t.Fatalf("no %q in:\n%s", want, out)
+	}
+}
