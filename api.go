@@ -248,6 +248,13 @@ func (r *Runtime) StopTask(ctx context.Context, session, task, by string) error 
 	return err
 }
 
+// RetryAgent releases an agent that a failed run left blocked or backing
+// off: it runs now for its inbox, and its items' attempts start again.
+func (r *Runtime) RetryAgent(ctx context.Context, session, agent, by string) error {
+	_, err := r.do(ctx, session, core.RetryAgent{Agent: agent, By: by})
+	return err
+}
+
 // CancelItem removes a queued prompt or continuation.
 func (r *Runtime) CancelItem(ctx context.Context, session, item, by string) error {
 	_, err := r.do(ctx, session, core.CancelItem{Item: core.ItemID(item), By: by})

@@ -88,7 +88,7 @@ func (a *actor) startCall(ef core.CallModel) {
 	}
 	go func() {
 		if p == nil {
-			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: fmt.Sprintf("no provider %q is configured", name)})
+			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: fmt.Sprintf("no provider %q is configured", name), Kind: core.FailInvalid})
 			return
 		}
 		resp, err := provider.Collect(p.Stream(ctx, req), func(ev provider.Event) {
@@ -103,7 +103,7 @@ func (a *actor) startCall(ef core.CallModel) {
 			return // cancelled by the core: nobody waits for this answer
 		}
 		if err != nil {
-			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: err.Error()})
+			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: err.Error(), Kind: provider.FailureOf(err)})
 			return
 		}
 		a.submitEffect(core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: *resp})

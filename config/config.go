@@ -33,9 +33,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/anthropic"
 	"github.com/vigilrun/vigil/provider/openai"
@@ -52,6 +54,9 @@ type Config struct {
 	Providers      map[string]Provider `yaml:"providers"`
 	// Server is the address of a running vigil serve, for the CLI client.
 	Server string `yaml:"server"`
+	// Retry shapes how an agent retries the items a run gave back when it
+	// failed before its model saw them.
+	Retry Retry `yaml:"retry"`
 	// Sources lists the files read, in order.
 	Sources []string `yaml:"-"`
 }
@@ -71,6 +76,24 @@ type Provider struct {
 	Path string `yaml:"path"`
 	// apiKey is read from the environment, never from a file.
 	apiKey string
+}
+
+// Retry is the retry policy of items a failed run gave back: the n-th
+// retry waits Base×2^(n-1), at most MaxDelay; after Attempts failed runs
+// the agent is blocked until a person retries. Zero values keep the
+// defaults (2s, 5m, 5).
+type Retry struct {
+	Base     time.Duration `yaml:"base"`
+	MaxDelay time.Duration `yaml:"max_delay"`
+	Attempts int           `yaml:"attempts"`
+}
+
+// Core returns the core's settings that the config sets.
+func (c *Config) Core() core.Config {
+	if c == nil {
+		return core.Config{}
+	}
+	return core.Config{RetryBase: c.Retry.Base, RetryMaxDelay: c.Retry.MaxDelay, RetryAttempts: c.Retry.Attempts}
 }
 
 // Env reads environment variables; os.Getenv in production.
@@ -212,6 +235,15 @@ func (c *Config) merge(o *Config) {
 	}
 	if o.Server != "" {
 		c.Server = o.Server
+	}
+	if o.Retry.Base != 0 {
+		c.Retry.Base = o.Retry.Base
+	}
+	if o.Retry.MaxDelay != 0 {
+		c.Retry.MaxDelay = o.Retry.MaxDelay
+	}
+	if o.Retry.Attempts != 0 {
+		c.Retry.Attempts = o.Retry.Attempts
 	}
 	for name, p := range o.Providers {
 		cur := c.Providers[name]

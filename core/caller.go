@@ -106,5 +106,6 @@ func (st *stepper) callerAck(in CallerAck) {
 	st.releaseGatesOf(a, items)
 	// What the caller read is its transcript.
 	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: st.renderItems(items)}})
+	st.seen(a) // the caller read them: its acknowledgement says so
 	st.emit(&RunEnded{Agent: a.ID, Seq: seq, Status: RunCompleted, Reply: fmt.Sprintf("the caller acknowledged %d item(s)", len(ids))})
 }

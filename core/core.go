@@ -33,10 +33,13 @@ const (
 	// never does it leaves the run "running" and the notification owed
 	// forever.
 	BugProviderForever Bug = "provider-forever"
+	// BugConsumedByFailedRun (issue 18): an item counts as delivered when a
+	// run takes it, so a run that fails before its model sees it loses it.
+	BugConsumedByFailedRun Bug = "consumed-by-failed-run"
 )
 
 // Bugs lists the injectable bugs.
-var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever}
+var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever, BugConsumedByFailedRun}
 
 // Config sets the core's limits. Zero values mean defaults.
 type Config struct {
@@ -59,6 +62,13 @@ type Config struct {
 	// deliver but has not is handed to an agent vigil runs (default 30
 	// minutes, three times the CLI's longest Bash timeout).
 	ProviderSilence time.Duration
+	// RetryBase, RetryMaxDelay and RetryAttempts shape the retry of items
+	// that a failed run gave back: the n-th retry waits RetryBase×2^(n-1),
+	// at most RetryMaxDelay, and after RetryAttempts runs failed with an
+	// item the agent is blocked (defaults 2 s, 5 minutes, 5).
+	RetryBase     time.Duration
+	RetryMaxDelay time.Duration
+	RetryAttempts int
 	// Inject puts back a seed bug. Only the simulator sets it.
 	Inject Bug
 }
@@ -81,6 +91,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProviderSilence == 0 {
 		c.ProviderSilence = 30 * time.Minute
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = 2 * time.Second
+	}
+	if c.RetryMaxDelay == 0 {
+		c.RetryMaxDelay = 5 * time.Minute
+	}
+	if c.RetryAttempts == 0 {
+		c.RetryAttempts = 5
 	}
 	return c
 }
@@ -266,6 +285,8 @@ func (st *stepper) handle(in Input) {
 		}
 	case ProviderWake:
 		st.providerWake(in)
+	case RetryAgent:
+		st.retryAgent(in)
 	case Recover:
 		st.recover(in)
 	case FinalizeRun:
@@ -352,6 +373,8 @@ func (st *stepper) userPrompt(in UserPrompt) {
 	id := st.nextItemID()
 	st.enqueue(main, Item{ID: id, Kind: KindPrompt, Priority: p, From: "user", Text: in.Text})
 	st.out.Item = id
+	// A person wrote: a blocked or backing-off main agent runs now.
+	st.release(main, "a new prompt")
 }
 
 func (st *stepper) userMessage(in UserMessage) {
@@ -450,6 +473,9 @@ func (st *stepper) tryStart(a *Agent) {
 	if a.Driver == DriverCaller {
 		return // an outside caller takes its items with CallerAck
 	}
+	if a.Blocked != nil || (a.Retry != nil && a.Retry.At.After(st.now)) {
+		return // blocked until released; backing off until the retry
+	}
 	if items := st.takeable(a); len(items) > 0 {
 		st.startRun(a, items)
 	}
@@ -469,6 +495,9 @@ func (st *stepper) startRun(a *Agent, items []*Item) {
 	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids, Notes: notes})
 	st.releaseGatesOf(a, items)
 	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
+	if st.cfg.Inject == BugConsumedByFailedRun {
+		st.seen(a) // today's bug: taken counts as delivered
+	}
 	if st.external(a) {
 		st.deliver(a, items)
 		return
@@ -598,6 +627,9 @@ func (st *stepper) nextRound(a *Agent) {
 		content = append(content, st.renderItems(items)...)
 		st.emit(&ItemsJoined{Agent: a.ID, Seq: r.Seq, Items: ids, Notes: notes})
 		st.releaseGatesOf(a, items)
+		if st.cfg.Inject == BugConsumedByFailedRun {
+			st.seen(a)
+		}
 	}
 	for _, id := range slices.Clone(r.PendingSends) {
 		st.resolveMsg(st.s.Msgs[id], OutcomeJoined, r.Seq)
@@ -623,6 +655,8 @@ func (st *stepper) modelResponded(in ModelResponded) {
 		return
 	}
 	resp := in.Response
+	// The provider answered: the model saw what this round carried.
+	st.seen(a)
 	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "completed", StopReason: resp.StopReason, Usage: resp.Usage})
 	var content []chat.Block
 	for _, b := range resp.Content {
@@ -665,7 +699,7 @@ func (st *stepper) modelFailed(in ModelFailed) {
 		return
 	}
 	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "failed", Error: in.Error})
-	st.endRun(a, RunFailed, "", in.Error)
+	st.endRunFailed(a, RunFailed, "", in.Error, in.Kind)
 }
 
 func (st *stepper) modelRetrying(in ModelRetrying) {
@@ -682,6 +716,13 @@ func (st *stepper) modelRetrying(in ModelRetrying) {
 // step (DESIGN rule 1); messages whose outcome waited on its last round
 // learn that run N+1 will answer them (rule 2).
 func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
+	st.endRunFailed(a, status, reply, errText, FailTransient)
+}
+
+// endRunFailed is endRun with the kind of failure that ended the run: the
+// unseen items it took go back to the inbox, and a failed or interrupted
+// run's agent retries them or is blocked by kind.
+func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText string, kind FailureKind) {
 	r := a.Run
 	if r == nil || st.ending[a.ID] {
 		return
@@ -735,6 +776,16 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 	}
 	pending := slices.Clone(r.PendingSends)
 	task := a.Task
+	if n := st.giveBack(a, status); n > 0 {
+		words := fmt.Sprintf("its model had not seen %d item(s); they went back to %s's inbox", n, a.Name)
+		if status != RunCancelled && a.State != AgentClosed && !st.s.Session.Closed {
+			words += ": " + st.afterFailure(a, r.Seq, kind, why)
+		}
+		if errText == "" {
+			errText = string(status)
+		}
+		errText += "; " + words
+	}
 	st.emit(&RunEnded{Agent: a.ID, Seq: r.Seq, Status: status, Reply: reply, Error: errText})
 	sum := a.Runs[len(a.Runs)-1]
 	if task != "" {
@@ -747,6 +798,10 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 		}
 	}
 	for _, id := range pending {
+		if b := a.Blocked; b != nil {
+			st.resolveMsgAs(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq, fmt.Sprintf("run %d answers once a person releases %s, blocked since run %d failed: %s", sum.Seq+1, a.Name, b.Run, b.Reason))
+			continue
+		}
 		st.resolveMsg(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq)
 	}
 	st.resolveTaskWaiters(task)

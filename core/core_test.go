@@ -119,7 +119,12 @@ func TestBackgroundAgentNotifiesOwner(t *testing.T) {
 	if !strings.Contains(lastUser(c), "<result>w1 result</result>") {
 		t.Fatalf("main did not get the notification: %q", lastUser(c))
 	}
-	if n := h.s.Note(NoteKey{Task: "t1", Run: 1}); n == nil || n.DeliveredRun != 2 {
+	// In flight until the model's answer to that round is accepted.
+	if n := h.s.Note(NoteKey{Task: "t1", Run: 1}); n == nil || n.DeliveredRun != 0 {
+		t.Fatalf("note t1#1 counted delivered before the model saw it: %+v", n)
+	}
+	h.answer("main", chat.Text("w1 is done"))
+	if n := h.s.Note(NoteKey{Task: "t1", Run: 1}); n.DeliveredRun != 2 {
 		t.Fatalf("note t1#1 not delivered to main run 2: %+v", n)
 	}
 }

@@ -212,6 +212,7 @@ func (e *AgentRetired) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
 	a.State = AgentClosed
 	a.LastActive = at
+	a.Retry, a.Blocked, a.Carried = nil, nil, nil
 	if t := s.Tasks[a.Task]; t != nil {
 		t.Status = TaskClosed
 		t.Ended = at
@@ -335,7 +336,8 @@ type RunStarted struct {
 	Seq   int      `json:"seq"`
 	Kind  RunKind  `json:"kind"`
 	Items []ItemID `json:"items"`
-	// Notes are the notifications among Items, delivered by this event.
+	// Notes are the notifications among Items: taken, in flight until
+	// a model round with them is accepted (ItemsSeen).
 	Notes []NoteKey `json:"notes,omitempty"`
 }
 
@@ -343,7 +345,8 @@ type RunStarted struct {
 func (*RunStarted) Type() string { return "run.started" }
 func (e *RunStarted) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
-	a.Run = &Run{Seq: e.Seq, Kind: e.Kind, Started: at}
+	a.Run = &Run{Seq: e.Seq, Kind: e.Kind, Started: at, UnseenAt: TranscriptPos{Msg: len(a.Transcript)}}
+	a.Retry = nil
 	a.State = AgentRunning
 	a.LastActive = at
 	if t := s.Tasks[a.Task]; t != nil {
@@ -357,7 +360,8 @@ type ItemsJoined struct {
 	Agent AgentID  `json:"agent"`
 	Seq   int      `json:"seq"`
 	Items []ItemID `json:"items"`
-	// Notes are the notifications among Items, delivered by this event.
+	// Notes are the notifications among Items: taken, in flight until
+	// a model round with them is accepted (ItemsSeen).
 	Notes []NoteKey `json:"notes,omitempty"`
 }
 
@@ -366,6 +370,10 @@ func (*ItemsJoined) Type() string { return "items.joined" }
 func (e *ItemsJoined) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
 	a.LastActive = at
+	if r := a.Run; r != nil {
+		// Their text follows the round's tool results.
+		markUnseen(r, len(a.Transcript), len(r.Tools))
+	}
 	takeItems(s, a, e.Items)
 }
 
@@ -380,17 +388,14 @@ func takeItems(s *State, a *Agent, ids []ItemID) {
 		it := a.Inbox[i]
 		a.Inbox = slices.Delete(a.Inbox, i, i+1)
 		r.Items = append(r.Items, id)
+		// In flight until a model round that includes it is accepted
+		// (ItemsSeen), or given back (ItemsReturned).
+		r.Unseen = append(r.Unseen, *it)
 		if it.Msg != "" {
 			r.Answered = append(r.Answered, it.Msg)
-			if m := s.Msgs[it.Msg]; m != nil {
-				m.AnsweredBy = r.Seq
-			}
 		}
 		if it.Note != nil {
 			r.Delivered = append(r.Delivered, *it.Note)
-			if n := s.Note(*it.Note); n != nil {
-				n.DeliveredRun = r.Seq
-			}
 		}
 	}
 }
@@ -565,7 +570,7 @@ func (e *RunEnded) apply(s *State, at time.Time) {
 	r := a.Run
 	a.Runs = append(a.Runs, RunSummary{
 		Seq: r.Seq, Kind: r.Kind, Status: e.Status, Started: r.Started, Ended: at,
-		Reply: e.Reply, Error: e.Error, Items: r.Items, Answered: r.Answered,
+		Reply: e.Reply, Error: e.Error, Items: r.Items, Answered: r.Answered, Returned: r.Returned,
 		Usage: r.Usage, Calls: r.Calls,
 	})
 	a.Run = nil

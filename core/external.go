@@ -126,13 +126,15 @@ type RunCancelling struct {
 	Agent    AgentID   `json:"agent"`
 	Deadline time.Time `json:"deadline"`
 	Reason   string    `json:"reason,omitempty"`
+	// Silent: vigil cancels a turn its process went silent in.
+	Silent bool `json:"silent,omitempty"`
 }
 
 // Type implements Body: the name of the event.
 func (*RunCancelling) Type() string { return "run.cancelling" }
 func (e *RunCancelling) apply(s *State, _ time.Time) {
 	if r := s.Agents[e.Agent].Run; r != nil {
-		r.Cancelling = e.Deadline
+		r.Cancelling, r.Silent = e.Deadline, e.Silent
 	}
 }
 
@@ -299,6 +301,18 @@ func (st *stepper) heard(a *Agent) {
 	st.emit(&RunHeard{Agent: a.ID, Seq: a.Run.Seq, Deadline: st.now.Add(silence)})
 }
 
+// heardChain is heard for m and every agent above it with a run in
+// progress: a turn that waits on a foreground subagent is not silent while
+// that subagent reports.
+func (st *stepper) heardChain(m *Agent) {
+	for a := m; a != nil; a = st.s.Agents[a.Owner] {
+		st.heard(a)
+		if a.Owner == "" {
+			return
+		}
+	}
+}
+
 // providerSilent ends a run of which the provider process reported nothing
 // before its deadline. A mirrored subagent's run ends interrupted with its
 // notification in the inbox of the agent at the top of its owner chain, and
@@ -308,7 +322,8 @@ func (st *stepper) providerSilent(a *Agent) {
 	why := "the provider process reported nothing of this run for " + st.cfg.ProviderSilence.String()
 	st.drop("run "+a.Name+"#"+itoa(a.Run.Seq), "provider-silent", why+"; vigil ends it")
 	if a.Owner == "" {
-		st.cancelExternal(a, why)
+		st.emit(&RunCancelling{Agent: a.ID, Deadline: st.now.Add(cancelTimeout), Reason: why, Silent: true})
+		st.effect(Interrupt{Agent: a.ID})
 		return
 	}
 	t := st.s.Tasks[a.Task]
@@ -434,7 +449,9 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 		st.emit(&ProcessRecorded{Agent: a.ID, PID: -1, Session: in.Session})
 	}
 	if a.Run == nil {
-		// The process began a turn on its own: record it at once.
+		// The process began a turn on its own: record it at once. Its
+		// model is reachable again: a block or backoff ends.
+		st.release(a, "a turn the provider process began")
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 	}
 	st.ackTurn(a)
@@ -448,6 +465,8 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 func (st *stepper) ackTurn(a *Agent) {
 	if r := a.Run; r != nil && !r.Acked {
 		st.emit(&TurnAcked{Agent: a.ID, Seq: r.Seq})
+		// The process began the turn with what it was handed: seen.
+		st.seen(a)
 	}
 }
 
@@ -497,7 +516,7 @@ func (st *stepper) externalMessage(in ExternalMessage) {
 	if target == a {
 		st.ackTurn(a)
 	}
-	st.heard(target)
+	st.heardChain(target)
 	st.emit(&TranscriptAppended{Agent: target.ID, Message: in.Message})
 }
 
@@ -620,7 +639,7 @@ func (st *stepper) externalTask(in ExternalTask) {
 			st.emit(&RunStarted{Agent: m.ID, Seq: len(m.Runs) + 1, Kind: RunKind(KindSpawn)})
 			st.providerDelivered(m)
 		}
-		st.heard(m)
+		st.heardChain(m)
 		return
 	}
 	if m.Run == nil && externalStatus(in.Status) == TaskStopped && t != nil && t.Status != TaskStopped && m.State != AgentClosed {
@@ -631,7 +650,7 @@ func (st *stepper) externalTask(in ExternalTask) {
 		return
 	}
 	if !in.Notify {
-		st.heard(m)
+		st.heardChain(m)
 		return // a status update; the provider's notification ends the run
 	}
 	if m.Run == nil {
@@ -791,6 +810,11 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 		st.emit(&ProcessRecorded{Agent: a.ID, PID: 0})
 	}
 	if r := a.Run; r != nil {
+		if !r.Cancelling.IsZero() {
+			// Cancelled: the turn is not handed to a new process.
+			st.endRun(a, RunCancelled, "", "cancelled; "+why)
+			return
+		}
 		if !r.Acked && r.Redelivered < maxRedeliveries && a.State != AgentClosed && !st.s.Session.Closed {
 			// The process never began the run's turn: its items did not
 			// reach it. A new process gets them (rule 2: an item is taken

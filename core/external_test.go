@@ -221,15 +221,16 @@ func TestExternalProviderSilenceDeadlines(t *testing.T) {
 	if okNote = h.s.Note(okNote.Key); okNote.DeliveredRun != main.Run.Seq {
 		t.Fatalf("ok's notification: %+v", okNote)
 	}
-	// main's turn never ends: it is cancelled at its deadline, then ended.
+	// main's turn never ends: it is interrupted at its deadline, then
+	// ended as a failure (its process stopped), and retried.
 	h.now = main.Run.Expect
 	h.step(Tick{})
-	if main.Run == nil || main.Run.Cancelling.IsZero() {
-		t.Fatalf("a silent turn was not cancelled: %+v", main.Run)
+	if main.Run == nil || main.Run.Cancelling.IsZero() || !main.Run.Silent {
+		t.Fatalf("a silent turn was not interrupted: %+v", main.Run)
 	}
 	h.now = main.Run.Cancelling
 	h.step(Tick{})
-	if main.Run != nil || main.Runs[len(main.Runs)-1].Status != RunCancelled {
+	if main.Run != nil || main.Runs[len(main.Runs)-1].Status != RunInterrupted {
 		t.Fatalf("the silent turn did not end: %+v", main.Runs)
 	}
 	if h.s.Drops["provider-silent"] != 2 {

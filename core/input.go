@@ -47,6 +47,8 @@ type ModelFailed struct {
 	Agent AgentID
 	Call  CallID
 	Error string
+	// Kind says whether retrying can help; empty means FailTransient.
+	Kind FailureKind
 }
 
 // ModelRetrying says the provider backs off before another attempt.

@@ -65,6 +65,20 @@ func agentStatus(s *State, a *Agent) InboxStatus {
 		st.Reason = "waiting for the outside caller to read them (MCP wait)"
 		st.ClearsOn = "the caller's wait and acknowledgement"
 		return st
+	case a.Blocked != nil:
+		b := a.Blocked
+		st.Reason = fmt.Sprintf("blocked: %s; run %d failed: %s", unseenLine(a), b.Run, b.Reason) + holdNote
+		st.ClearsOn = "a message from the user, or a retry (vigil retry SESSION " + a.Name + ")"
+		if a.ID == MainAgent {
+			st.ClearsOn = "a new prompt or message from the user, or a retry (vigil retry SESSION " + a.Name + ")"
+		}
+		return st
+	case a.Run == nil && a.Retry != nil:
+		r := a.Retry
+		st.Reason = fmt.Sprintf("%s; run %d failed: %s; retry %d of %d at %s", unseenLine(a), r.Run, r.Reason, r.Attempt, r.Max, r.At.UTC().Format(time.TimeOnly)) + holdNote
+		st.Until = r.At
+		st.ClearsOn = "the retry, a new prompt or message from a person, or vigil retry"
+		return st
 	case a.Run == nil:
 		st.Reason = "no blocker: an idle agent with items it may take (a missed wake)"
 		return st
@@ -125,4 +139,10 @@ func holdBy(h *Hold) string {
 		return "the user"
 	}
 	return h.By
+}
+
+// unseenLine says what a's inbox holds that its model has not seen: "2
+// notifications not yet seen by the model".
+func unseenLine(a *Agent) string {
+	return unseenWords(a.Inbox) + " not yet seen by the model"
 }

@@ -191,9 +191,20 @@ func (st *stepper) send(from, to string, text string, p Priority, senderCall str
 		st.enqueue(target, Item{Kind: KindMessage, Priority: p, From: from, Msg: m.ID, Text: text})
 		return st.s.Msgs[m.ID]
 	}
+	if target.Blocked != nil || target.Retry != nil {
+		if from == "user" {
+			// A person wrote: the agent runs now.
+			st.release(target, "a message from the user")
+		} else if b := target.Blocked; b != nil {
+			return reject(fmt.Sprintf("agent %s is blocked since its run %d failed (%s); it takes nothing until a person releases it", target.Name, b.Run, b.Reason))
+		}
+	}
 	m.To = target.ID
 	r := target.Run
 	switch {
+	case r == nil && target.Retry != nil:
+		m.Outcome, m.Run = OutcomeResumed, len(target.Runs)+1
+		m.Reason = fmt.Sprintf("%s backs off after its run %d failed; run %d starts at %s", target.Name, target.Retry.Run, m.Run, target.Retry.At.UTC().Format(time.TimeOnly))
 	case r == nil:
 		m.Outcome, m.Run = OutcomeResumed, len(target.Runs)+1
 	case p == PriorityLater, target.Driver == DriverExternal:
@@ -629,6 +640,12 @@ func (st *stepper) closeAgent(a *Agent, reason string) {
 		// Its provider process ends; its exit ends the mirrored tasks.
 		st.effect(StopProvider{Agent: a.ID})
 	}
+	for _, it := range a.Carried {
+		if it.Note != nil {
+			st.emit(&NotificationDropped{Key: *it.Note, Reason: "owner closed before its model saw it"})
+		}
+		st.drop(string(it.Kind)+" "+string(it.ID)+" to "+a.Name, "agent-closed", reason+"; a cancelled run had taken it and no model saw it")
+	}
 	for _, it := range append([]*Item(nil), a.Inbox...) {
 		st.emit(&ItemRemoved{Agent: a.ID, Item: it.ID, Reason: "agent closed"})
 		if it.Note != nil {
@@ -706,6 +723,11 @@ func (st *stepper) providerWake(in ProviderWake) {
 
 // tick handles every deadline that is due.
 func (st *stepper) tick() {
+	for _, aid := range st.s.Order {
+		if a := st.s.Agents[aid]; a.Retry != nil && !a.Retry.At.After(st.now) {
+			st.emit(&RetryDue{Agent: a.ID})
+		}
+	}
 	for _, id := range sortedTimers(st.s) {
 		t := st.s.Timers[id]
 		if t.At.After(st.now) {
@@ -728,6 +750,16 @@ func (st *stepper) tick() {
 			continue
 		}
 		if d := a.Run.Cancelling; !d.IsZero() && !d.After(st.now) {
+			if st.external(a) && a.Owner == "" {
+				// A process that does not end its turn when asked is hung:
+				// it is ended, and the next delivery starts a new one.
+				st.effect(StopProvider{Agent: a.ID})
+			}
+			if a.Run.Silent {
+				// Not a person's cancel: a failure, retried and bounded.
+				st.endRunFailed(a, RunInterrupted, "", "the provider process went silent and did not end its turn when asked", FailTransient)
+				continue
+			}
 			st.endRun(a, RunCancelled, "", "cancelled; the provider process did not end its turn when asked")
 			continue
 		}
@@ -854,6 +886,9 @@ func NextDeadline(s *State) time.Time {
 		a := s.Agents[id]
 		if a.Gate != nil {
 			consider(a.Gate.Deadline)
+		}
+		if a.Retry != nil {
+			consider(a.Retry.At)
 		}
 		if a.Run != nil {
 			consider(a.Run.Cancelling)

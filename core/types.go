@@ -214,7 +214,16 @@ type Agent struct {
 	Run        *Run           `json:"run,omitempty"`
 	Runs       []RunSummary   `json:"runs,omitempty"`
 	Gate       *Gate          `json:"gate,omitempty"`
-	Usage      chat.Usage     `json:"usage"`
+	// Retry is the backoff before the agent runs again for the items a
+	// failed run gave back; Blocked says why it takes no item until a
+	// person releases it.
+	Retry   *Retry `json:"retry,omitempty"`
+	Blocked *Block `json:"blocked,omitempty"`
+	// Carried are items a cancelled run took whose text is in the
+	// transcript but that no model has seen yet: the next accepted model
+	// round delivers them.
+	Carried []Item     `json:"carried,omitempty"`
+	Usage   chat.Usage `json:"usage"`
 	// ExternalSession, PID and StartTicks identify the provider process of
 	// an agent with DriverExternal and the provider's session to resume.
 	ExternalSession string `json:"external_session,omitempty"`
@@ -238,6 +247,12 @@ type Run struct {
 	Kind    RunKind   `json:"kind"`
 	Started time.Time `json:"started"`
 	Items   []ItemID  `json:"items"`
+	// Unseen are the items the run took that no accepted model round has
+	// included yet (in flight); UnseenAt is where their text begins in the
+	// transcript. Returned lists the items the run gave back unseen.
+	Unseen   []Item        `json:"unseen,omitempty"`
+	UnseenAt TranscriptPos `json:"unseen_at"`
+	Returned []ItemID      `json:"returned,omitempty"`
 	// Answered lists the messages this run took in.
 	Answered []MsgID `json:"answered,omitempty"`
 	// Delivered lists the notifications this run took in.
@@ -258,6 +273,9 @@ type Run struct {
 	// Cancelling is the deadline of a cancel asked of a provider process:
 	// the run ends when the process ends its turn, or at this deadline.
 	Cancelling time.Time `json:"cancelling,omitzero"`
+	// Silent is set when vigil itself cancelled the turn: its provider
+	// process had reported nothing of it for too long.
+	Silent bool `json:"silent,omitempty"`
 	// Expect is the deadline by which the provider process running this
 	// run must report more of it (a frame of its turn, or its end); it
 	// moves on with every report. Zero for runs vigil runs itself.
@@ -323,15 +341,17 @@ type ToolCall struct {
 
 // RunSummary is an ended run.
 type RunSummary struct {
-	Seq      int        `json:"seq"`
-	Kind     RunKind    `json:"kind"`
-	Status   RunStatus  `json:"status"`
-	Started  time.Time  `json:"started"`
-	Ended    time.Time  `json:"ended"`
-	Reply    string     `json:"reply,omitempty"`
-	Error    string     `json:"error,omitempty"`
-	Items    []ItemID   `json:"items,omitempty"`
-	Answered []MsgID    `json:"answered,omitempty"`
+	Seq      int       `json:"seq"`
+	Kind     RunKind   `json:"kind"`
+	Status   RunStatus `json:"status"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended"`
+	Reply    string    `json:"reply,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Items    []ItemID  `json:"items,omitempty"`
+	Answered []MsgID   `json:"answered,omitempty"`
+	// Returned lists the items the run gave back to the inbox unseen.
+	Returned []ItemID   `json:"returned,omitempty"`
 	Usage    chat.Usage `json:"usage"`
 	Calls    int        `json:"calls"`
 }
@@ -349,6 +369,9 @@ type Item struct {
 	Timer    TimerID   `json:"timer,omitempty"`
 	Gate     int       `json:"gate,omitempty"` // the gate generation of a continuation
 	Enqueued time.Time `json:"enqueued"`
+	// Attempts counts the runs that took the item and failed before their
+	// model saw it.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // Holdable reports whether a user hold applies to the item: only prompts
@@ -609,12 +632,15 @@ func (s *State) LiveTasks(a AgentID) []TaskID {
 	return out
 }
 
-// Quiescent reports whether nothing is left to do: no run in progress, no
-// live task, no timer and every inbox empty.
+// Quiescent reports whether nothing is left to do on its own: no run in
+// progress or backing off, no live task, no timer, and every inbox empty
+// but those of blocked agents, which wait for a person.
 func (s *State) Quiescent() bool {
 	for _, id := range s.Order {
 		a := s.Agents[id]
-		if a.Run != nil || (len(a.Inbox) > 0 && a.State != AgentClosed) {
+		// A blocked agent's items wait for a person (Blocked), not for
+		// anything the session does on its own.
+		if a.Run != nil || (len(a.Inbox) > 0 && a.State != AgentClosed && a.Blocked == nil) || a.Retry != nil {
 			return false
 		}
 	}

@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/core"
 )
 
 // Request is one model round.
@@ -171,4 +173,38 @@ func IdentityHeaders[O any](req *Request, header func(k, v string) O) []O {
 		}
 	}
 	return out
+}
+
+// contextErrors are the words providers use to refuse a request over the
+// model's context window: Anthropic's "prompt is too long", OpenAI's
+// context_length_exceeded code and "maximum context length" message, and
+// the servers that copy them.
+var contextErrors = []string{"prompt is too long", "context_length_exceeded", "maximum context length", "context window", "too many tokens"}
+
+// FailureOf says what a model call's failure means for retrying it: a
+// refusal over the context window, of the key, or of the request repeats
+// if the same request is sent again; overloads, rate limits, server and
+// network errors and cut streams may not.
+func FailureOf(err error) core.FailureKind {
+	var pe *Error
+	if !errors.As(err, &pe) {
+		return core.FailTransient
+	}
+	switch pe.Kind {
+	case ErrAuth:
+		return core.FailAuth
+	case ErrBadRequest:
+		switch pe.Status {
+		case 408, 409, 425:
+			return core.FailTransient // a timeout or a conflict may pass
+		}
+		msg := strings.ToLower(pe.Message)
+		for _, w := range contextErrors {
+			if strings.Contains(msg, w) {
+				return core.FailContext
+			}
+		}
+		return core.FailInvalid
+	}
+	return core.FailTransient
 }

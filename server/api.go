@@ -44,6 +44,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: sess + "/agents/{agent}/transcript", handler: h(s.transcript)},
 		{method: "POST", path: sess + "/agents/{agent}/messages", handler: h(s.message)},
 		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.cancelRun)},
+		{method: "POST", path: sess + "/agents/{agent}/retry", handler: h(s.retryAgent)},
 		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.closeAgent)},
 		{method: "GET", path: sess + "/runs", handler: h(s.listRuns)},
 		{method: "GET", path: sess + "/tasks", handler: h(s.listTasks)},
@@ -354,6 +355,17 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.rt.CancelRun(r.Context(), id, agent, by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	return s.agentViewOf(w, r, id, agent)
+}
+
+func (s *Server) retryAgent(w http.ResponseWriter, r *http.Request) error {
+	id, agent := r.PathValue("session"), r.PathValue("agent")
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := s.rt.RetryAgent(r.Context(), id, agent, by); err != nil {
 		return s.actionErr(r.Context(), id, err)
 	}
 	return s.agentViewOf(w, r, id, agent)

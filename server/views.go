@@ -111,8 +111,12 @@ type AgentView struct {
 	Inbox       []*core.Item    `json:"inbox"`
 	Run         *core.Run       `json:"run,omitempty"`
 	Gate        *core.Gate      `json:"gate,omitempty"`
-	LiveTasks   []core.TaskID   `json:"live_tasks,omitempty"`
-	Usage       chat.Usage      `json:"usage"`
+	// Retry and Blocked say why an idle agent with items does not run:
+	// backing off after a failed run, or blocked until a person retries.
+	Retry     *core.Retry   `json:"retry,omitempty"`
+	Blocked   *core.Block   `json:"blocked,omitempty"`
+	LiveTasks []core.TaskID `json:"live_tasks,omitempty"`
+	Usage     chat.Usage    `json:"usage"`
 }
 
 // AgentDetail is an agent with its run history and transcript.
@@ -235,6 +239,7 @@ func agentView(s *core.State, a *core.Agent) AgentView {
 		ID: a.ID, Name: a.Name, Description: a.Description, Owner: a.Owner, Task: a.Task, Depth: a.Depth,
 		Model: a.Model, Provider: a.Provider, Driver: a.Driver, State: a.State, Created: a.Created,
 		LastActive: a.LastActive, Runs: len(a.Runs), Inbox: nonNil(a.Inbox), Run: a.Run, Gate: a.Gate,
+		Retry: a.Retry, Blocked: a.Blocked,
 		LiveTasks: s.LiveTasks(a.ID), Usage: a.Usage,
 	}
 }

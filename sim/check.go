@@ -24,12 +24,18 @@ type checker struct {
 	cancelled map[string]bool
 	idx       int
 	msgSet    map[core.MsgID]bool
+	// sent holds the items handed to the current provider process.
+	sent map[core.ItemID]bool
 }
 
+// itemInfo is what the checker saw of an inbox item: a run holds it in
+// flight from when it takes it until a model round with it is accepted
+// (seen) or the run gives it back.
 type itemInfo struct {
 	item    core.Item
-	taken   int
-	run     int
+	held    int // the run holding it in flight, 0 when none, -1 carried after a cancel
+	seen    int // accepted rounds that delivered it
+	run     int // the run that delivered it
 	removed bool
 }
 
@@ -41,6 +47,7 @@ func newChecker(w *world) *checker {
 	return &checker{
 		w: w, notes: map[string]int{}, items: map[core.ItemID]*itemInfo{}, runs: map[string]*runInfo{},
 		gates: map[core.AgentID]int{}, woken: map[string]core.AgentID{}, cancelled: map[string]bool{}, cur: map[core.AgentID]int{}, msgSet: map[core.MsgID]bool{},
+		sent: map[core.ItemID]bool{},
 	}
 }
 
@@ -76,11 +83,10 @@ func (c *checker) take(ids []core.ItemID, a core.AgentID, seq int) {
 			c.violate("1", fmt.Sprintf("run %s took unknown item %s", runKey(a, seq), id))
 			continue
 		}
-		info.taken++
-		info.run = seq
-		if info.taken > 1 {
-			c.violate("1", fmt.Sprintf("item %s (%s) delivered twice", id, info.item.Kind))
+		if info.held != 0 || info.seen > 0 {
+			c.violateRun("1", a, seq, fmt.Sprintf("run %s took item %s (%s), already held by run %d or delivered", runKey(a, seq), id, info.item.Kind, info.held))
 		}
+		info.held = seq
 	}
 }
 
@@ -89,6 +95,22 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 	s := c.w.state
 	var ended []*core.RunEnded
 	written := map[string]bool{}
+	// What a provider process was handed dies with it.
+	switch in.(type) {
+	case core.ProviderExited, core.Recover:
+		c.sent = map[core.ItemID]bool{}
+	}
+	defer func() {
+		for _, ef := range out.Effects {
+			if d, ok := ef.(core.Deliver); ok {
+				if a := s.Agents[d.Agent]; a != nil && a.Run != nil {
+					for _, it := range a.Run.Unseen {
+						c.sent[it.ID] = true
+					}
+				}
+			}
+		}
+	}()
 	for _, e := range out.Events {
 		c.idx++
 		switch b := e.Body.(type) {
@@ -120,12 +142,74 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				r.lastJoin = c.idx
 			}
 			c.take(b.Items, b.Agent, b.Seq)
+		case *core.ItemsSeen:
+			// Delivery means seen: only an accepted model round (a model's
+			// answer, a provider process beginning the turn, an outside
+			// caller's acknowledgement) delivers.
+			switch in.(type) {
+			case core.ModelResponded, core.ExternalTurnStarted, core.ExternalMessage, core.CallerAck:
+			default:
+				c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s counted %v delivered on %T, which no model saw", runKey(b.Agent, b.Seq), b.Items, in))
+			}
+			switch in.(type) {
+			case core.ExternalTurnStarted, core.ExternalMessage:
+				// A provider process's turn sees only what was handed to
+				// that process.
+				for _, id := range b.Items {
+					if !c.sent[id] {
+						c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s counted item %s seen, but no delivery to the current provider process carried it", runKey(b.Agent, b.Seq), id))
+					}
+				}
+			}
+			for _, id := range b.Items {
+				info := c.items[id]
+				if info == nil || (info.held != b.Seq && info.held != -1) {
+					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s saw item %s it does not hold", runKey(b.Agent, b.Seq), id))
+					continue
+				}
+				info.held, info.run = 0, b.Seq
+				info.seen++
+				if info.seen > 1 {
+					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("item %s (%s) delivered twice", id, info.item.Kind))
+				}
+			}
+		case *core.ItemsReturned:
+			for _, id := range b.Items {
+				info := c.items[id]
+				if info == nil || info.held != b.Seq {
+					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s gave back item %s it does not hold", runKey(b.Agent, b.Seq), id))
+					continue
+				}
+				info.held = 0
+			}
+			for _, id := range b.Dropped {
+				// A person's prompt, cancelled before a provider process
+				// began it: dropped, with its own drop event.
+				if info := c.items[id]; info != nil && info.held == b.Seq && info.item.Kind == core.KindPrompt && info.item.From == "user" {
+					info.held = 0
+				} else {
+					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s dropped item %s, which is not a prompt of the user it holds", runKey(b.Agent, b.Seq), id))
+				}
+			}
+			for _, id := range b.Carried {
+				if info := c.items[id]; info != nil && info.held == b.Seq {
+					// Its text stays in the transcript: the agent's next
+					// accepted round delivers it.
+					info.held = -1
+				}
+			}
 		case *core.ModelCallStarted:
 			if r := c.runs[runKey(b.Agent, c.cur[b.Agent])]; r != nil {
 				r.lastCall = c.idx
 			}
 		case *core.RunEnded:
 			ended = append(ended, b)
+			for id, info := range c.items {
+				if info.held == b.Seq && info.item.Agent == b.Agent {
+					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s ended %s with item %s (%s) neither seen by its model, nor given back, nor carried", runKey(b.Agent, b.Seq), b.Status, id, info.item.Kind))
+					info.held = 0
+				}
+			}
 			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil && r.lastCall < r.lastJoin {
 				c.violate("2", fmt.Sprintf("run %s ended with items that joined after its last model round", runKey(b.Agent, b.Seq)))
 			}
@@ -200,6 +284,7 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 		c.woken[pw.Evidence] = pw.Agent
 	}
 	c.w.answerApprovals(out.Events)
+	c.w.answerBlocks(out.Events)
 }
 
 // heldByUser is the checker's own reading of rule 5: only prompts a user
@@ -227,6 +312,12 @@ func (c *checker) stateRules() {
 			if a.Owner != "" && len(a.Inbox) > 0 {
 				c.violate("4", fmt.Sprintf("mirrored subagent %s has %d queued item(s) nobody takes", a.Name, len(a.Inbox)))
 			}
+		} else if a.Blocked != nil {
+			if a.Blocked.Reason == "" {
+				c.violate("4", fmt.Sprintf("agent %s is blocked without a reason", a.Name))
+			}
+		} else if a.Run == nil && a.Retry != nil && a.Retry.At.After(now) {
+			// Backing off after a failed run, until a deadline.
 		} else if a.Run == nil {
 			for _, it := range a.Inbox {
 				if !heldByUser(s, it) {
@@ -375,7 +466,10 @@ func (c *checker) end() {
 		}
 		delivered := n.Delivery == core.DeliverToolResult || (n.Delivery == core.DeliverProvider && n.DeliveredRun > 0)
 		if n.Item != "" {
-			if info := c.items[n.Item]; info != nil && info.taken == 1 {
+			if info := c.items[n.Item]; info != nil && (info.seen == 1 || (info.held == -1 && s.Agents[n.Owner].Driver == core.DriverLoop)) {
+				// A cancelled run carried it: its text is in the
+				// transcript, and no later round of the agent was accepted
+				// (one would have delivered it).
 				delivered = true
 			}
 		}
@@ -408,7 +502,7 @@ func (c *checker) checkMsg(m *core.Msg) {
 	target := s.Agents[m.To]
 	switch m.Outcome {
 	case core.OutcomeRejected:
-		if info := c.items[m.Item]; m.Item != "" && (info == nil || info.taken > 0) {
+		if info := c.items[m.Item]; m.Item != "" && (info == nil || info.seen > 0) {
 			c.violate("3", fmt.Sprintf("rejected message %s was delivered", m.ID))
 		}
 		return
@@ -421,7 +515,10 @@ func (c *checker) checkMsg(m *core.Msg) {
 		c.violate("3", fmt.Sprintf("message %s (%s) has no inbox item", m.ID, m.Outcome))
 		return
 	}
-	if info.taken == 0 {
+	if info.seen == 0 {
+		if info.held == -1 {
+			return // carried by a cancelled run to the agent's next round, which never came
+		}
 		if info.removed && target.State == core.AgentClosed {
 			return // dropped loudly when its target closed
 		}

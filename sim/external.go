@@ -45,6 +45,9 @@ type extProcess struct {
 	pending []*wev // its future frames, cancelled when it dies
 	wakes   int    // finished tasks whose wake turn has not run yet
 	turn    int    // the number of the current (or last) turn
+	// deaf is set while a hung turn ignores interrupts too: only the
+	// process's end ends it.
+	deaf bool
 	// last is when the last turn frame was scheduled.
 	last time.Time
 }
@@ -92,7 +95,7 @@ func (w *world) externalEffect(ef core.Effect) {
 		p.queue = append(p.queue, ef.Text)
 		w.nextTurn(p)
 	case core.Interrupt:
-		if p := w.proc; p != nil && p.alive && p.busy {
+		if p := w.proc; p != nil && p.alive && p.busy && !p.deaf {
 			// An interrupt ends the turn it was asked for; a turn that
 			// ended meanwhile is not touched, nor the next one.
 			turn := p.turn
@@ -224,7 +227,9 @@ func (w *world) nextTurn(p *extProcess) {
 	}
 	// A turn may hang too: then only an interrupt or the process's exit
 	// ends it.
-	if w.faults.IntN(30) != 0 {
+	if w.faults.IntN(30) == 0 {
+		p.deaf = w.faults.IntN(2) == 0
+	} else {
 		w.frame(p, w.latency(10, 1500), "turn ended", func() core.Input {
 			if p.turn != turn {
 				return nil

@@ -108,6 +108,8 @@ type world struct {
 	// what every other draw of a seed does, and so its regression value,
 	// unchanged.
 	faults *rand.Rand
+	// outage is a window in which every model call fails with one kind.
+	outage outage
 	core   *core.Core
 	state  *core.State
 	log    []core.Event
@@ -223,7 +225,18 @@ func Run(opts Options) Result {
 	w.now = w.start
 	w.res.Seed = opts.Seed
 	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second,
-		ProviderSilence: time.Duration(10+w.faults.IntN(50)) * time.Second}
+		ProviderSilence: time.Duration(10+w.faults.IntN(50)) * time.Second,
+		RetryBase:       time.Duration(100+w.faults.IntN(1900)) * time.Millisecond, RetryMaxDelay: 5 * time.Second,
+		RetryAttempts: 2 + w.faults.IntN(4)}
+	if w.faults.IntN(4) == 0 {
+		// The provider is down for a while: transient (a 529 storm), or a
+		// failure retrying cannot help (context window, revoked key).
+		from := w.start.Add(time.Duration(w.faults.Int64N(int64(20 * time.Second))))
+		w.outage = outage{
+			from: from, to: from.Add(time.Duration(1+w.faults.IntN(20)) * time.Second),
+			kind: []core.FailureKind{core.FailTransient, core.FailTransient, core.FailContext, core.FailAuth, core.FailInvalid}[w.faults.IntN(5)],
+		}
+	}
 	if w.rng.IntN(3) == 0 {
 		cfg.MaxConcurrentCalls = 1 + w.rng.IntN(3)
 	}
@@ -348,7 +361,13 @@ func (w *world) crash() {
 	w.chk.onCrash()
 	// The new incarnation recovers before it accepts anything else.
 	w.step(core.Recover{Incarnation: w.inc}, "recover")
-
+	// A user whose retry was lost in the crash sees the agent still
+	// blocked, and retries again.
+	for _, id := range w.state.Order {
+		if w.state.Agents[id].Blocked != nil {
+			w.retryLater(id)
+		}
+	}
 }
 
 func stateJSON(s *core.State) string {

@@ -137,8 +137,11 @@ func (w *world) wakeToken() string {
 // answers and picks an end of turn or a few tool calls.
 func (w *world) answer(ef core.CallModel, final bool) core.Input {
 	a := w.state.Agents[ef.Agent]
+	if w.outage.covers(w.now) {
+		return core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Kind: w.outage.kind, Error: "simulated outage: " + string(w.outage.kind)}
+	}
 	if w.rng.IntN(40) == 0 {
-		return core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: "simulated provider error after retries"}
+		return core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Kind: core.FailTransient, Error: "simulated provider error after retries"}
 	}
 	w.budget.rounds--
 	text := fmt.Sprintf("reply of %s to call %s", ef.AgentName, ef.Call)
@@ -227,6 +230,40 @@ func (w *world) answerApprovals(events []core.Event) {
 				return nil
 			}
 			return core.AnswerApproval{Approval: id, Allow: allow, By: "sim"}
+		})
+	}
+}
+
+// outage is a window of virtual time in which the simulated provider
+// fails every model call with one kind of failure.
+type outage struct {
+	from, to time.Time
+	kind     core.FailureKind
+}
+
+func (o outage) covers(t time.Time) bool {
+	return !o.from.IsZero() && !t.Before(o.from) && t.Before(o.to)
+}
+
+// answerBlocks schedules a person's retry of every agent that a failure
+// blocked, as a user would after reading the status; it may come while
+// the outage lasts, and then the agent is blocked again.
+func (w *world) answerBlocks(events []core.Event) {
+	for _, e := range events {
+		if b, ok := e.Body.(*core.AgentBlocked); ok {
+			w.retryLater(b.Agent)
+		}
+	}
+}
+
+// retryLater has the simulated user retry a blocked agent after a while.
+func (w *world) retryLater(agent core.AgentID) {
+	{
+		w.schedule(w.now.Add(time.Duration(100+w.faults.IntN(8000))*time.Millisecond), 0, "user retries", func() core.Input {
+			if a := w.state.Agents[agent]; a == nil || a.Blocked == nil {
+				return nil
+			}
+			return core.RetryAgent{Agent: string(agent), By: "sim"}
 		})
 	}
 }

@@ -531,6 +531,34 @@ func cmdStop(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+func cmdRetry(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "retry", "retry <session> <agent>", 2, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "agents", pos[1], "retry"), nil)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var a server.AgentView
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	line := fmt.Sprintf("agent %s: %s", a.Name, a.State)
+	if a.Run != nil {
+		line += fmt.Sprintf(", run %d started for %d item(s)", a.Run.Seq, len(a.Run.Items))
+	}
+	fmt.Fprintln(e.stdout, line)
+	return nil
+}
+
 func cmdHold(ctx context.Context, e *env, args []string) error {
 	var reason string
 	cf, pos, err := clientCommand(e, "hold", "hold <session> [--reason TEXT]", 1, args, func(fs *flag.FlagSet) {

@@ -56,8 +56,14 @@ type child struct {
 
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
+	return startChildEnv(t, nil, args...)
+}
+
+// startChildEnv is startChild with more environment variables.
+func startChildEnv(t *testing.T, env []string, args ...string) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "VIGIL_AS_CLI=1")
+	cmd.Env = append(append(os.Environ(), "VIGIL_AS_CLI=1"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -134,15 +140,26 @@ func crashOnce(t *testing.T, b crashBackend, rng *rand.Rand) {
 	base := append(append([]string{"run"}, flags...), "--script", script, "--permission-mode", "bypass",
 		"--cwd", t.TempDir(), "--output-format", "stream-json", "--timeout", "2m")
 	args := append(append([]string{}, base...), "Start the job")
+	// Retries of the failing run back off briefly, and outlast the kills.
+	cfgHome := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cfgHome, "vigil"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgHome, "vigil", "config.yaml"), []byte("retry: {base: 50ms, max_delay: 200ms, attempts: 20}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	session := ""
 	kills := 1 + rng.IntN(3)
 	var killedAt []int
 	for attempt := 0; ; attempt++ {
-		c := startChild(t, args...)
+		c := startChildEnv(t, []string{"XDG_CONFIG_HOME=" + cfgHome}, args...)
 		killAfter := -1
 		if attempt < kills {
 			killAfter = 1 + rng.IntN(100)
 		}
+		// The first kill comes while a run that took a notification
+		// failed and its agent backs off.
+		onRetry := attempt == 0
 		n := 0
 		killed := false
 		for line := range c.lines {
@@ -150,7 +167,7 @@ func crashOnce(t *testing.T, b crashBackend, rng *rand.Rand) {
 			if session == "" {
 				session = sessionOf(line)
 			}
-			if n == killAfter && session != "" {
+			if (n == killAfter || (onRetry && strings.Contains(line, `"event":"agent.retry"`))) && session != "" {
 				_ = c.cmd.Process.Signal(syscall.SIGKILL)
 				killed = true
 				killedAt = append(killedAt, n)
@@ -225,8 +242,11 @@ func checkStore(t *testing.T, st store.Store, session string) {
 		}
 	}
 	written := map[core.NoteKey]int{}
+	// A notification is delivered when a model round with its item was
+	// accepted (items.seen), or as a tool's result.
 	delivered := map[core.NoteKey]int{}
-	recoveries := 0
+	noteOf := map[core.ItemID]core.NoteKey{}
+	recoveries, returned := 0, 0
 	for _, e := range evs {
 		switch b := e.Body.(type) {
 		case *core.NotificationWritten:
@@ -234,17 +254,24 @@ func checkStore(t *testing.T, st store.Store, session string) {
 			if b.Note.Delivery == core.DeliverToolResult {
 				delivered[b.Note.Key]++
 			}
-		case *core.RunStarted:
-			for _, k := range b.Notes {
-				delivered[k]++
+		case *core.ItemEnqueued:
+			if b.Item.Note != nil {
+				noteOf[b.Item.ID] = *b.Item.Note
 			}
-		case *core.ItemsJoined:
-			for _, k := range b.Notes {
-				delivered[k]++
+		case *core.ItemsSeen:
+			for _, id := range b.Items {
+				if k, ok := noteOf[id]; ok {
+					delivered[k]++
+				}
 			}
+		case *core.ItemsReturned:
+			returned += len(b.Items)
 		case *core.Recovered:
 			recoveries++
 		}
+	}
+	if returned == 0 {
+		t.Errorf("no run gave an item back: the scripted failure did not happen")
 	}
 	s := core.Replay(evs)
 	if recoveries == 0 {
@@ -306,7 +333,7 @@ func checkStore(t *testing.T, st store.Store, session string) {
 	if !s.Session.Closed {
 		t.Errorf("the finished session was not closed")
 	}
-	t.Logf("%d events, %d recoveries, %d notifications, %d messages, %d shell tasks interrupted", len(evs), recoveries, len(written), len(s.Msgs), interrupted)
+	t.Logf("%d events, %d recoveries, %d notifications, %d messages, %d items given back, %d shell tasks interrupted", len(evs), recoveries, len(written), len(s.Msgs), returned, interrupted)
 }
 
 // freshPostgres creates a database for one test and drops it afterwards.

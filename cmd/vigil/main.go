@@ -52,6 +52,7 @@ func commands() map[string]command {
 		"message":  {"message an agent and print what happened to it: vigil message <session> <agent> \"text\"", cmdMessage},
 		"tasks":    {"list a session's tasks", cmdTasks},
 		"stop":     {"stop a task: vigil stop <session>/<task>", cmdStop},
+		"retry":    {"run a blocked or backing-off agent now: vigil retry <session> <agent>", cmdRetry},
 		"hold":     {"hold a session's queue of user prompts", cmdHold},
 		"resume":   {"release the hold on a session's user prompts", cmdResume},
 		"status":   {"list a session's non-empty inboxes and why each is not draining", cmdStatus},

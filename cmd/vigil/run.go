@@ -74,7 +74,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		Core: provs.cfg.Core(), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// A headless run takes over only the session it resumes; other
 		// open sessions of the store are left to their owners or to serve.
 		Adopt: func(row store.SessionRow) bool { return row.ID == *resume },
@@ -165,7 +165,15 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("session %s is held by another live vigil process, which will finish it", id)
 		}
 	}
-	if waitErr == nil && !*keepOpen && !closedAlready {
+	blocked := false
+	if s, err := rt.State(ctx, id); err == nil {
+		for _, aid := range s.Order {
+			if a := s.Agents[aid]; a.Blocked != nil && len(a.Inbox) > 0 && a.State != core.AgentClosed {
+				blocked = true
+			}
+		}
+	}
+	if waitErr == nil && !*keepOpen && !closedAlready && !blocked {
 		// Done: close the session so no later vigil takes it over.
 		if err := rt.CloseSession(ctx, id, "vigil run"); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
 			logger.Warn("could not close the finished session", "session", id, "err", err)
@@ -186,6 +194,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return serr
 	}
 	res := summarize(s, time.Since(start))
+	if blocked && waitErr == nil {
+		// Left open: what the blocked agents hold is still owed to their
+		// model. A new prompt (--resume ID "…") or vigil retry goes on.
+		res.Status = "blocked"
+		res.Pending = pending(s)
+	}
 	if waitErr != nil {
 		res.Status = "timeout"
 		if ctx.Err() != nil {
@@ -201,6 +215,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 130}
 	case waitErr != nil:
 		return &exitError{code: 2}
+	case blocked:
+		return &exitError{code: 4}
 	case res.MainStatus != string(core.RunCompleted):
 		return &exitError{code: 3}
 	}
@@ -210,7 +226,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 // result is what vigil run reports at the end.
 type result struct {
 	Session       string   `json:"session"`
-	Status        string   `json:"status"` // quiescent, timeout, interrupted
+	Status        string   `json:"status"` // quiescent, blocked, timeout, interrupted
 	Reply         string   `json:"reply"`
 	MainStatus    string   `json:"main_status"`
 	DurationMS    int64    `json:"duration_ms"`

@@ -86,6 +86,14 @@ func (t *timeline) who(e core.Event) string {
 		return t.name(b.Approval.Agent)
 	case *core.AgentCreated:
 		return t.name(b.Agent.Owner)
+	case *core.ItemsReturned:
+		return t.name(b.Agent)
+	case *core.RetryScheduled:
+		return t.name(b.Agent)
+	case *core.AgentBlocked:
+		return t.name(b.Agent)
+	case *core.AgentReleased:
+		return t.name(b.Agent)
 	}
 	return "·"
 }
@@ -170,6 +178,15 @@ func (t *timeline) describe(e core.Event) string {
 		return fmt.Sprintf("DROPPED %s: %s", b.What, b.Reason)
 	case *core.Recovered:
 		return fmt.Sprintf("recovered after a restart (incarnation %d)", b.Incarnation)
+	case *core.ItemsReturned:
+		return fmt.Sprintf("run %d gave %d unseen item(s) back to the inbox", b.Seq, len(b.Items))
+	case *core.RetryScheduled:
+		r := b.Retry
+		return fmt.Sprintf("retry %d of %d at %s, after run %d failed: %s", r.Attempt, r.Max, r.At.Format("15:04:05.000"), r.Run, clip(r.Reason, 80))
+	case *core.AgentBlocked:
+		return fmt.Sprintf("BLOCKED after run %d failed: %s (a new prompt or 'vigil retry' releases it)", b.Block.Run, clip(b.Block.Reason, 100))
+	case *core.AgentReleased:
+		return "released by " + b.By
 	}
 	return ""
 }
@@ -188,9 +205,12 @@ func (t *timeline) result(r result, memory bool) error {
 		for _, p := range r.Pending {
 			fmt.Fprintln(t.w, "  "+p)
 		}
-		if memory {
+		switch {
+		case memory:
 			fmt.Fprintln(t.w, "the session was in memory only: this work is abandoned with the process")
-		} else {
+		case r.Status == "blocked":
+			fmt.Fprintf(t.w, "the session %s is kept open in the store: 'vigil run --resume %s \"…\"' goes on with a new prompt, or 'vigil retry %s AGENT' on a server that serves it\n", r.Session, r.Session, r.Session)
+		default:
 			fmt.Fprintf(t.w, "the session %s is kept in the store; 'vigil serve' on the same data takes it over and finishes it\n", r.Session)
 		}
 	}

@@ -20,7 +20,8 @@
 //	        say: "done: {{.Input}}"
 //
 // A turn has say (text), tools (a list of one-key maps: tool name to its
-// input) and delay. Strings are Go templates over the request: .Agent,
+// input), delay, and fail ({times: N, kind: overloaded|server|context|auth}:
+// the first N requests for it fail so). Strings are Go templates over the request: .Agent,
 // .Input (the newest input's text), .Kind (prompt, spawn, message,
 // notification, timer, continuation or tool_result), .Notification (.Task,
 // .Agent, .Status, .Result, .Key) and .Message (.ID, .From, .Text).
@@ -45,6 +46,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -76,6 +78,30 @@ type Turn struct {
 	Say   string           `yaml:"say" json:"say"`
 	Tools []map[string]any `yaml:"tools" json:"tools"`
 	Delay Duration         `yaml:"delay" json:"delay"`
+	// Fail makes the first attempts at this turn fail, as a provider
+	// would after its own retries.
+	Fail *Fail `yaml:"fail" json:"fail"`
+}
+
+// Fail is a scripted failure: the first Times requests that would get a
+// turn (for the same conversation) fail with Kind — overloaded, server,
+// context (over the context window) or auth — before it answers. The
+// count lives in the provider, so a new process fails anew.
+type Fail struct {
+	Times int    `yaml:"times" json:"times"`
+	Kind  string `yaml:"kind" json:"kind"`
+}
+
+// failKinds maps a scripted failure kind to the provider error it stands
+// for.
+var failKinds = map[string]struct {
+	kind provider.ErrorKind
+	msg  string
+}{
+	"overloaded": {provider.ErrOverloaded, "overloaded_error: Overloaded (scripted)"},
+	"server":     {provider.ErrServer, "api_error: Internal server error (scripted)"},
+	"context":    {provider.ErrBadRequest, "invalid_request_error: prompt is too long (scripted)"},
+	"auth":       {provider.ErrAuth, "authentication_error: invalid x-api-key (scripted)"},
 }
 
 // Duration is a time.Duration written as "1.5s" in a scenario.
@@ -137,6 +163,11 @@ func Parse(b []byte) (*Scenario, error) {
 				for _, m := range t.Tools {
 					if len(m) != 1 {
 						return fmt.Errorf("agent %s %s turn %d: each tool is a map with one key, the tool's name", name, where, i+1)
+					}
+				}
+				if f := t.Fail; f != nil {
+					if _, ok := failKinds[f.Kind]; !ok || f.Times < 1 {
+						return fmt.Errorf("agent %s %s turn %d: fail needs times >= 1 and kind overloaded, server, context or auth", name, where, i+1)
 					}
 				}
 				if err := parseTemplates(t); err != nil {
@@ -207,6 +238,9 @@ type Provider struct {
 	sc     *Scenario
 	logger *slog.Logger
 	sleep  func(ctx context.Context, d time.Duration) error
+	mu     sync.Mutex
+	// failed counts the scripted failures served, by conversation.
+	failed map[string]int
 }
 
 // Options configures a Provider; nil means defaults.
@@ -219,7 +253,7 @@ type Options struct {
 
 // New returns a provider playing sc.
 func New(sc *Scenario, opts *Options) *Provider {
-	p := &Provider{sc: sc, logger: slog.New(slog.DiscardHandler), sleep: sleepCtx}
+	p := &Provider{sc: sc, logger: slog.New(slog.DiscardHandler), sleep: sleepCtx, failed: map[string]int{}}
 	if opts != nil {
 		if opts.Logger != nil {
 			p.logger = opts.Logger
@@ -291,6 +325,11 @@ func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration,
 		p.logger.Warn("script has no turn left for agent; answering with an end of turn", "agent", req.AgentName)
 		return endTurn(fmt.Sprintf("(script %q: no turn left for %s)", p.sc.Name, req.AgentName)), 0, nil
 	}
+	if f := turn.Fail; f != nil {
+		if err := p.scriptedFailure(req, f); err != nil {
+			return nil, 0, err
+		}
+	}
 	data := templateData(req)
 	text, err := render(turn.Say, data)
 	if err != nil {
@@ -320,6 +359,24 @@ func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration,
 		}
 	}
 	return resp, time.Duration(turn.Delay), nil
+}
+
+// scriptedFailure counts one more request for the turn and returns its
+// failure while the turn's count is not used up.
+func (p *Provider) scriptedFailure(req *provider.Request, f *Fail) error {
+	key := fmt.Sprintf("%s/%d", req.AgentName, len(req.Messages))
+	if n := len(req.Messages); n > 0 {
+		key += "/" + req.Messages[n-1].PlainText()
+	}
+	p.mu.Lock()
+	p.failed[key]++
+	n := p.failed[key]
+	p.mu.Unlock()
+	if n > f.Times {
+		return nil
+	}
+	k := failKinds[f.Kind]
+	return &provider.Error{Provider: "script", Kind: k.kind, Message: fmt.Sprintf("%s, %d of %d", k.msg, n, f.Times), Attempts: 1}
 }
 
 func endTurn(text string) *chat.Response {
