@@ -342,6 +342,18 @@ func (st *stepper) requeueNote(n *Note, to *Agent, reason string) {
 	st.enqueue(to, Item{ID: item, Kind: KindNotification, Priority: PriorityNext, From: string(n.Agent), Note: &key})
 }
 
+// hasProvider reports whether a provider process runs an agent of the
+// session: only then can a notification be owed by one, and the walk over
+// every notification is needed.
+func hasProvider(s *State) bool {
+	for _, id := range s.Order {
+		if a := s.Agents[id]; a.Driver == DriverExternal && a.Owner == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // undeliveredNote reports whether n is a notification the provider process
 // still owes its owner.
 func undeliveredNote(n *Note) bool {
@@ -352,6 +364,9 @@ func undeliveredNote(n *Note) bool {
 // owner past its deadline to the inbox of the agent at the top of the
 // owner's chain.
 func (st *stepper) notesOverdue() {
+	if !hasProvider(st.s) {
+		return
+	}
 	for _, k := range st.s.NoteOrder {
 		n := st.s.Note(k)
 		if !undeliveredNote(n) || n.DeliverBy.IsZero() || n.DeliverBy.After(st.now) {

@@ -9,13 +9,14 @@ import (
 
 // Delivery means seen. An inbox item a run takes is in flight until a
 // model round that included it is accepted: the provider answered (even
-// with the model's refusal), or a provider process began a turn with it.
-// Only then is a notification delivered, a message answered. A run that
-// ends failed, interrupted or cancelled before that gives its unseen items
-// back to the inbox, in their order and with their priority, in one event
-// of the step that ends it, and takes their text out of the transcript
-// (the next run renders them again). The agent then retries them after a
-// backoff, or is blocked with the reason when retrying cannot help.
+// with the model's refusal), a provider process began a turn with it, or an
+// outside caller acknowledged it. Only then is a notification delivered, a
+// message answered. A run that ends failed or interrupted before that gives
+// its unseen items back to the inbox, in their order and with their
+// priority, in one event of the step that ends it, and takes their text out
+// of the transcript (the next run renders them again); the agent then
+// retries them after a backoff, or is blocked with the reason when retrying
+// cannot help. A cancelled run is giveBack's business: see there.
 
 // FailureKind says whether a failed model call is worth retrying.
 type FailureKind string

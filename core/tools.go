@@ -644,6 +644,9 @@ func (st *stepper) closeAgent(a *Agent, reason string) {
 		if it.Note != nil {
 			st.emit(&NotificationDropped{Key: *it.Note, Reason: "owner closed before its model saw it"})
 		}
+		if m := st.s.Msgs[it.Msg]; m != nil && m.Outcome != OutcomeRejected {
+			st.emit(&MessageResolved{Msg: m.ID, Outcome: OutcomeRejected, Run: len(a.Runs), Reason: "agent " + a.Name + " was closed before a model saw the message"})
+		}
 		st.drop(string(it.Kind)+" "+string(it.ID)+" to "+a.Name, "agent-closed", reason+"; a cancelled run had taken it and no model saw it")
 	}
 	for _, it := range append([]*Item(nil), a.Inbox...) {
@@ -877,9 +880,11 @@ func NextDeadline(s *State) time.Time {
 	for _, p := range s.Approvals {
 		consider(p.Deadline)
 	}
-	for _, k := range s.NoteOrder {
-		if n := s.Note(k); undeliveredNote(n) {
-			consider(n.DeliverBy)
+	if hasProvider(s) {
+		for _, k := range s.NoteOrder {
+			if n := s.Note(k); undeliveredNote(n) {
+				consider(n.DeliverBy)
+			}
 		}
 	}
 	for _, id := range s.Order {
