@@ -3,9 +3,12 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/vigilrun/vigil/core"
 )
 
 func TestBackoffFullJitter(t *testing.T) {
@@ -88,6 +91,29 @@ func TestStatusKind(t *testing.T) {
 		kind, retryable := StatusKind(tc.status, tc.typ)
 		if string(kind) != tc.kind || retryable != tc.retryable {
 			t.Errorf("StatusKind(%d, %q) = %s, %v", tc.status, tc.typ, kind, retryable)
+		}
+	}
+}
+
+func TestFailureOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want core.FailureKind
+	}{
+		{&Error{Kind: ErrOverloaded, Status: 529}, core.FailTransient},
+		{&Error{Kind: ErrServer, Status: 500}, core.FailTransient},
+		{&Error{Kind: ErrNetwork}, core.FailTransient},
+		{&Error{Kind: ErrTruncated}, core.FailTransient},
+		{&Error{Kind: ErrAuth, Status: 401}, core.FailAuth},
+		{&Error{Kind: ErrBadRequest, Status: 400, Message: "invalid_request_error: prompt is too long: 210000 tokens > 200000 maximum"}, core.FailContext},
+		{&Error{Kind: ErrBadRequest, Status: 400, Message: "This model's maximum context length is 128000 tokens"}, core.FailContext},
+		{&Error{Kind: ErrBadRequest, Status: 400, Message: "invalid_request_error: messages: text content blocks must be non-empty"}, core.FailInvalid},
+		{&Error{Kind: ErrBadRequest, Status: 408}, core.FailTransient},
+		{fmt.Errorf("call: %w", &Error{Kind: ErrAuth, Status: 403}), core.FailAuth},
+		{errors.New("something else"), core.FailTransient},
+	} {
+		if got := FailureOf(tc.err); got != tc.want {
+			t.Errorf("FailureOf(%v) = %s, want %s", tc.err, got, tc.want)
 		}
 	}
 }
