@@ -8,8 +8,11 @@ import (
 	"github.com/vigilrun/vigil/chat"
 )
 
-func newExternal(t *testing.T) (*harness, *[]Deliver) {
-	h := &harness{t: t, c: New(Config{}), s: NewState(), calls: map[CallID]CallModel{}}
+func newExternal(t *testing.T) (*harness, *[]Deliver) { return newExternalWith(t, Config{}) }
+
+// newExternalWith is newExternal with a core configuration.
+func newExternalWith(t *testing.T, cfg Config) (*harness, *[]Deliver) {
+	h := &harness{t: t, c: New(cfg), s: NewState(), calls: map[CallID]CallModel{}}
 	var delivered []Deliver
 	h.step(CreateSession{Session: Session{ID: "s1"}, Driver: DriverExternal})
 	h.onEffect = func(e Effect) {
@@ -168,8 +171,7 @@ func TestExternalStopOfIdleSubagentRoutesItsNotifications(t *testing.T) {
 // delivers, have deadlines: at them vigil ends the run, asks the process
 // to stop the subagent, and hands the notifications to main's inbox.
 func TestExternalProviderSilenceDeadlines(t *testing.T) {
-	h := &harness{t: t, c: New(Config{ProviderSilence: time.Minute}), s: NewState(), calls: map[CallID]CallModel{}}
-	h.step(CreateSession{Session: Session{ID: "s1"}, Driver: DriverExternal})
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
 	var stops []StopExternal
 	h.onEffect = func(e Effect) {
 		if s, ok := e.(StopExternal); ok {
@@ -241,8 +243,7 @@ func TestExternalProviderSilenceDeadlines(t *testing.T) {
 // A notification the process owes an idle owner and never delivers goes to
 // main's inbox at its deadline.
 func TestExternalUndeliveredNotificationDeadline(t *testing.T) {
-	h := &harness{t: t, c: New(Config{ProviderSilence: time.Minute}), s: NewState(), calls: map[CallID]CallModel{}}
-	h.step(CreateSession{Session: Session{ID: "s1"}, Driver: DriverExternal})
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
 	h.step(UserPrompt{Text: "go"})
 	h.step(ExternalTurnStarted{Agent: MainAgent})
 	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "running", Description: "sleep"})

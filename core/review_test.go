@@ -12,8 +12,7 @@ import (
 // and at the cancel deadline stops the process and gives the items back, so
 // the next process is handed the notification and its turn delivers it.
 func TestSilentUnbegunTurnGivesItsItemsBack(t *testing.T) {
-	h, delivered := newExternal(t)
-	h.c = New(Config{ProviderSilence: time.Minute})
+	h, delivered := newExternalWith(t, Config{ProviderSilence: time.Minute})
 	var stops int
 	prev := h.onEffect
 	h.onEffect = func(e Effect) {
@@ -60,8 +59,7 @@ func TestSilentUnbegunTurnGivesItsItemsBack(t *testing.T) {
 
 // A foreground subagent that keeps reporting keeps its owner's turn alive.
 func TestForegroundSubagentKeepsItsOwnersTurnAlive(t *testing.T) {
-	h, _ := newExternal(t)
-	h.c = New(Config{ProviderSilence: time.Minute})
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
 	var interrupts int
 	prev := h.onEffect
 	h.onEffect = func(e Effect) {

@@ -266,6 +266,19 @@ func toolUse(name, input string) providertest.Reply {
 	return providertest.Answer(providertest.ToolUse("", name, input))
 }
 
+// lastTasks returns the newest agent task and the newest shell task of s.
+func lastTasks(s *core.State) (agent, shell *core.Task) {
+	for _, id := range s.TaskOrder {
+		switch t := s.Tasks[id]; t.Kind {
+		case core.TaskAgent:
+			agent = t
+		case core.TaskShell:
+			shell = t
+		}
+	}
+	return agent, shell
+}
+
 // taskByExternal returns the mirrored task with the CLI's id.
 func taskByExternal(s *core.State, id string) *core.Task {
 	for _, tid := range s.TaskOrder {
@@ -573,15 +586,7 @@ func TestKilledWhileSubagentRuns(t *testing.T) {
 	s := h.waitQuiet()
 	h.checkSettled(s)
 
-	var task, shellTask *core.Task
-	for _, id := range s.TaskOrder {
-		switch t := s.Tasks[id]; t.Kind {
-		case core.TaskAgent:
-			task = t
-		case core.TaskShell:
-			shellTask = t
-		}
-	}
+	task, shellTask := lastTasks(s)
 	if task == nil || shellTask == nil {
 		t.Fatal("a mirrored task is missing")
 	}
@@ -910,15 +915,7 @@ func TestSubagentBackgroundBash(t *testing.T) {
 	s := h.waitQuiet()
 	h.checkSettled(s)
 
-	var agentTask, shellTask *core.Task
-	for _, id := range s.TaskOrder {
-		switch t := s.Tasks[id]; t.Kind {
-		case core.TaskAgent:
-			agentTask = t
-		case core.TaskShell:
-			shellTask = t
-		}
-	}
+	agentTask, shellTask := lastTasks(s)
 	if agentTask == nil || shellTask == nil {
 		t.Fatalf("tasks: %v", s.TaskOrder)
 	}
@@ -1010,15 +1007,7 @@ func TestSubagentStoppedBeforeItsBackgroundBash(t *testing.T) {
 				return typ == "task.started" && json.Unmarshal(data, &e) == nil && e.Task.Kind == core.TaskShell
 			})
 			s := h.state()
-			var agentTask, shellTask *core.Task
-			for _, id := range s.TaskOrder {
-				switch t := s.Tasks[id]; t.Kind {
-				case core.TaskAgent:
-					agentTask = t
-				case core.TaskShell:
-					shellTask = t
-				}
-			}
+			agentTask, shellTask := lastTasks(s)
 			if agentTask == nil || shellTask == nil || shellTask.Owner != agentTask.Agent {
 				t.Fatalf("tasks: agent %+v, shell %+v", agentTask, shellTask)
 			}
