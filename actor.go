@@ -61,7 +61,6 @@ type actor struct {
 	snapBytes int
 	subs      *fanout
 	quiet     []chan struct{}
-	msgWait   map[core.MsgID][]chan core.Msg
 }
 
 const queueSize = 4096
@@ -72,7 +71,7 @@ func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease)
 		rt: r, id: id, state: s, lease: lease,
 		reqs: make(chan request, queueSize), quit: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, cancels: map[string]context.CancelFunc{}, procs: map[core.TaskID]*shell.Process{},
-		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(), msgWait: map[core.MsgID][]chan core.Msg{},
+		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(),
 	}
 }
 
@@ -433,14 +432,6 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 			a.rt.log.Warn("dropped", "session", a.id, "what", b.What, "reason", b.Reason, "detail", b.Detail)
 			if o := a.rt.opts.Observer; o != nil {
 				o.Dropped(string(a.id), b.What, b.Reason)
-			}
-		case *core.MessageResolved:
-			if ws := a.msgWait[b.Msg]; len(ws) > 0 {
-				m := *a.state.Msgs[b.Msg]
-				for _, w := range ws {
-					w <- m
-				}
-				delete(a.msgWait, b.Msg)
 			}
 		}
 	}

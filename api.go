@@ -156,44 +156,16 @@ func (r *Runtime) Prompt(ctx context.Context, session, text string, p core.Prior
 }
 
 // Message sends a user message to an agent (by id or name) and returns what
-// happened to it (DESIGN rule 3). When the agent's model round is in flight
-// the outcome depends on that round's answer; Message waits for it.
+// happened to it (DESIGN rule 3) at once: it never waits on the agent's
+// model (rule 11). When the agent's model round is in flight the outcome
+// is pending, and that round's answer settles it: the message joins the
+// run, or the next run answers it.
 func (r *Runtime) Message(ctx context.Context, session, to, text string, p core.Priority) (*core.Msg, error) {
-	a, err := r.actor(session)
+	out, err := r.do(ctx, session, core.UserMessage{To: to, Text: text, Priority: p})
 	if err != nil {
 		return nil, err
 	}
-	out, err := a.submit(ctx, core.UserMessage{To: to, Text: text, Priority: p})
-	if err != nil {
-		return nil, err
-	}
-	m := out.Msg
-	if m.Outcome != core.OutcomePending {
-		return m, nil
-	}
-	w := make(chan core.Msg, 1)
-	var settled *core.Msg
-	if err := a.view(ctx, func(s *core.State) {
-		if cur := s.Msgs[m.ID]; cur.Outcome != core.OutcomePending {
-			c := *cur
-			settled = &c
-			return
-		}
-		a.msgWait[m.ID] = append(a.msgWait[m.ID], w)
-	}); err != nil {
-		return m, err
-	}
-	if settled != nil {
-		return settled, nil
-	}
-	select {
-	case res := <-w:
-		return &res, nil
-	case <-ctx.Done():
-		return m, ctx.Err()
-	case <-a.done:
-		return m, ErrClosed
-	}
+	return out.Msg, nil
 }
 
 // SpawnParams describes a background agent started from outside.

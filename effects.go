@@ -125,7 +125,7 @@ func systemPrompt(s *core.State, ef core.CallModel) string {
 	}
 	b.WriteString(`
 Background work: Agent with run_in_background and Bash with run_in_background return at once; each time such work finishes you receive a <task-notification> in a later turn, exactly once. You may end your turn while work runs: you will be woken.
-SendMessage tells you what happened: joined (the running turn sees it), queued-behind-stop (the agent was finishing; its next run answers), resumed (it was idle and started), rejected (with the reason).`)
+SendMessage returns at once and tells you what happened: joined (the running turn sees it), queued-behind-stop (the agent is finishing its run; its next run answers), resumed (it was idle and started), rejected (with the reason), or pending (its model round is in flight: the message joins that run, or the next run answers; the result names both).`)
 	if s.Session.Cwd != "" {
 		fmt.Fprintf(&b, "\nWorking directory: %s", s.Session.Cwd)
 	}

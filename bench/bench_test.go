@@ -76,3 +76,15 @@ func TestRecoveryTakesOver(t *testing.T) {
 		t.Logf("snapshot=%v: %d events recovered in %s", snap, last, s.Elapsed)
 	}
 }
+
+// BenchmarkSendLatency: how long SendMessage keeps its sender waiting when
+// the recipient's model round (SendRound long) is in flight.
+func BenchmarkSendLatency(b *testing.B) {
+	for b.Loop() {
+		s, err := SendLatency(context.Background(), Config{Store: memstore.New(), DataDir: b.TempDir(), N: 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, s)
+	}
+}

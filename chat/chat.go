@@ -135,3 +135,19 @@ type ToolSpec struct {
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
 }
+
+// EstimateTokens is a rough, deterministic count of the tokens messages
+// take in a prompt: four bytes of text, tool input or tool result per
+// token, and a few tokens of framing per block. vigil uses it for what a
+// provider has not counted yet (what was added since its last reported
+// usage), never in place of a count a provider reported.
+func EstimateTokens(msgs []Message) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += 4
+		for _, b := range m.Content {
+			n += 3 + int64(len(b.Text)+len(b.Name)+len(b.Input)+len(b.Content)+3)/4
+		}
+	}
+	return n
+}

@@ -36,10 +36,14 @@ const (
 	// BugConsumedByFailedRun (issue 18): an item counts as delivered when a
 	// run takes it, so a run that fails before its model sees it loses it.
 	BugConsumedByFailedRun Bug = "consumed-by-failed-run"
+	// BugSenderWaits (issue 10): a SendMessage to an agent whose model
+	// round is in flight keeps the sender's tool call open until that
+	// round answers, so one agent waits on another's model.
+	BugSenderWaits Bug = "sender-waits"
 )
 
 // Bugs lists the injectable bugs.
-var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever, BugConsumedByFailedRun}
+var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever, BugConsumedByFailedRun, BugSenderWaits}
 
 // Config sets the core's limits. Zero values mean defaults.
 type Config struct {
@@ -802,7 +806,11 @@ func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText strin
 			st.resolveMsgAs(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq, fmt.Sprintf("run %d answers once a person releases %s, blocked since run %d failed: %s", sum.Seq+1, a.Name, b.Run, b.Reason))
 			continue
 		}
-		st.resolveMsg(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq)
+		why := fmt.Sprintf("run %d's model round in flight when it arrived was its last", sum.Seq)
+		if status != RunCompleted {
+			why = fmt.Sprintf("run %d ended %s while its model round was in flight", sum.Seq, status)
+		}
+		st.resolveMsgAs(st.s.Msgs[id], OutcomeQueuedBehindStop, sum.Seq, why)
 	}
 	st.resolveTaskWaiters(task)
 }

@@ -145,6 +145,19 @@ func TestMessageDuringFinalRound(t *testing.T) {
 	if m.Outcome != OutcomePending {
 		t.Fatalf("outcome while the target's round is in flight = %s, want pending", m.Outcome)
 	}
+	// The sender does not wait for w1's model (DESIGN rule 11): its call
+	// is answered in this step, with both runs the promise names, and its
+	// next round is in flight.
+	tc := h.s.Agent("main").Run
+	if tc == nil || tc.Call == nil || tc.Round != 2 {
+		t.Fatalf("main is not in its next round: %+v", tc)
+	}
+	sent := lastUser(h.pending("main"))
+	for _, want := range []string{`"outcome":"pending"`, "joins run 1", "run 2 answers", "t1#1 or t1#2", "lists m1"} {
+		if !strings.Contains(sent, want) {
+			t.Errorf("SendMessage result lacks %q: %s", want, sent)
+		}
+	}
 	h.answer("w1", chat.Text("work finished"))
 	if m.Outcome != OutcomeQueuedBehindStop || m.Run != 1 {
 		t.Fatalf("outcome = %s run %d, want queued-behind-stop 1", m.Outcome, m.Run)

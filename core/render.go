@@ -119,10 +119,31 @@ func (st *stepper) renderOutcome(m *Msg) string {
 	case OutcomeQueuedBehindStop:
 		res["stopping_run"] = m.Run
 		res["answering_run"] = m.Run + 1
-		detail = fmt.Sprintf("%s was finishing run %d when the message arrived; run %d will answer it.", target.Name, m.Run, m.Run+1)
+		why := m.Reason
+		if why == "" {
+			why = fmt.Sprintf("run %d was ending", m.Run)
+		}
+		detail = fmt.Sprintf("Queued behind the end of %s's run %d (%s); run %d will answer it.", target.Name, m.Run, why, m.Run+1)
 		if k := note(m.Run); k != "" {
 			res["notifications"] = []string{k, note(m.Run + 1)}
 			detail += fmt.Sprintf(" You get two notifications: %s for the stopping run, then %s with the answer.", k, note(m.Run+1))
+		}
+	case OutcomePending:
+		// The target's round is in flight; its answer settles the
+		// outcome (DESIGN rule 11): either way the promise below holds.
+		res["run"] = m.Run
+		res["if_round_continues"] = map[string]any{"outcome": OutcomeJoined, "run": m.Run}
+		res["if_round_was_last"] = map[string]any{"outcome": OutcomeQueuedBehindStop, "answering_run": m.Run + 1}
+		round := 0
+		if target.Run != nil && target.Run.Seq == m.Run {
+			round = target.Run.Round
+		}
+		detail = fmt.Sprintf("Pending: %s's model round %d of run %d is in flight. If the run goes on, your message joins run %d; if that round was its last, run %d answers.", target.Name, round, m.Run, m.Run, m.Run+1)
+		if k := note(m.Run); k != "" {
+			res["notifications"] = []string{k, note(m.Run + 1)}
+			detail += fmt.Sprintf(" Either way the notification that answers (%s or %s) lists %s in its answered messages; you need not wait or ask.", k, note(m.Run+1), m.ID)
+		} else {
+			detail += fmt.Sprintf(" %s's runs send no notification; its answer comes only if it writes to you.", target.Name)
 		}
 	case OutcomeResumed:
 		res["run"] = m.Run

@@ -148,13 +148,24 @@ func (st *stepper) toolSend(a *Agent, tc ToolCall) {
 		st.rejectTool(a, tc, "to and message are required")
 		return
 	}
-	tc.Wait = WaitSend
+	if st.cfg.Inject == BugSenderWaits {
+		// The bug: the sender's call waits for the target's model round to
+		// decide the outcome.
+		tc.Wait = WaitSend
+		tc.Msg = st.nextMsgID()
+		st.startTool(a, tc)
+		m := st.send(string(a.ID), in.To, in.Message, p, tc.UseID)
+		if m.Outcome != OutcomePending {
+			st.finishTool(a, tc.UseID, st.renderOutcome(m), m.Outcome == OutcomeRejected)
+		}
+		return
+	}
+	// No agent waits on another agent's model (DESIGN rule 11): the result
+	// is in this step; a pending outcome states its promise.
 	tc.Msg = st.nextMsgID()
 	st.startTool(a, tc)
-	m := st.send(string(a.ID), in.To, in.Message, p, tc.UseID)
-	if m.Outcome != OutcomePending {
-		st.finishTool(a, tc.UseID, st.renderOutcome(m), m.Outcome == OutcomeRejected)
-	}
+	m := st.send(string(a.ID), in.To, in.Message, p, "")
+	st.finishTool(a, tc.UseID, st.renderOutcome(m), m.Outcome == OutcomeRejected)
 }
 
 // send delivers a message to an agent and decides what its sender is told
@@ -207,9 +218,13 @@ func (st *stepper) send(from, to string, text string, p Priority, senderCall str
 		m.Reason = fmt.Sprintf("%s backs off after its run %d failed; run %d starts at %s", target.Name, target.Retry.Run, m.Run, target.Retry.At.UTC().Format(time.TimeOnly))
 	case r == nil:
 		m.Outcome, m.Run = OutcomeResumed, len(target.Runs)+1
-	case p == PriorityLater, target.Driver == DriverExternal:
+	case p == PriorityLater:
+		m.Outcome, m.Run = OutcomeQueuedBehindStop, r.Seq
+		m.Reason = fmt.Sprintf("priority later waits for the end of run %d", r.Seq)
+	case target.Driver == DriverExternal:
 		// A provider process takes items only between its turns.
 		m.Outcome, m.Run = OutcomeQueuedBehindStop, r.Seq
+		m.Reason = fmt.Sprintf("%s's provider process takes messages only between turns, and run %d is its turn in progress", target.Name, r.Seq)
 	case p == PriorityNow, r.Call == nil:
 		m.Outcome, m.Run = OutcomeJoined, r.Seq
 	default:

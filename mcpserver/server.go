@@ -78,9 +78,6 @@ type Options struct {
 	// caps it (1h).
 	DefaultWait time.Duration
 	MaxWait     time.Duration
-	// MessageWait bounds how long send_message waits for the outcome of a
-	// message whose target's model round is in flight (10m).
-	MessageWait time.Duration
 	// SessionTimeout closes HTTP MCP sessions idle this long (24h).
 	SessionTimeout time.Duration
 	// NewKey makes the owner keys of connections that have none; the
@@ -131,9 +128,6 @@ func New(rt *vigil.Runtime, opts *Options) *Server {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Hour
-	}
-	if o.MessageWait <= 0 {
-		o.MessageWait = 10 * time.Minute
 	}
 	if o.SessionTimeout <= 0 {
 		o.SessionTimeout = 24 * time.Hour

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,7 +61,7 @@ type SendOutput struct {
 	Message       string   `json:"message" jsonschema:"the message id, <session>/<msg>"`
 	Task          string   `json:"task"`
 	Agent         string   `json:"agent"`
-	Outcome       string   `json:"outcome" jsonschema:"joined (the running turn sees it at its next round), queued-behind-stop (the agent was finishing run N; run N+1 answers), resumed (the agent was idle; a run started), rejected (not delivered; see reason)"`
+	Outcome       string   `json:"outcome" jsonschema:"joined (the running turn sees it at its next round), queued-behind-stop (the agent was finishing run N; run N+1 answers), resumed (the agent was idle; a run started), rejected (not delivered; see reason), pending (its model round is in flight: joins run N or run N+1 answers)"`
 	Reason        string   `json:"reason,omitempty"`
 	Run           int      `json:"run,omitempty" jsonschema:"the run the outcome names: joined, resumed, or for queued-behind-stop the run that was stopping"`
 	Notifications []string `json:"notifications,omitempty" jsonschema:"the notifications that will carry the answer, in order"`
@@ -225,7 +226,8 @@ func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string
 		Name: "send_message",
 		Description: "Send a message to one of your agents (by task id or name), running or finished, and learn what happened to it: " +
 			"joined (its running turn sees it at its next round), queued-behind-stop (it was finishing run N; run N+1 answers: two notifications), " +
-			"resumed (it was idle; a run started) or rejected (with the reason). The answer comes as a notification: call wait.",
+			"resumed (it was idle; a run started), rejected (with the reason), or pending (its model round is in flight: the message joins run N, or run N+1 answers). " +
+			"It returns at once, never waiting on the agent's model. The answer comes as a notification: call wait.",
 		InputSchema: schemaFor[SendInput](func(p map[string]*jsonschema.Schema) {
 			p["message"].MinLength = ptr(1)
 			p["priority"].Enum = []any{"now", "next", "later"}
@@ -462,10 +464,8 @@ func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (S
 	default:
 		return SendOutput{}, errors.New("give the task (or the agent) to send the message to")
 	}
-	mctx, cancel := context.WithTimeout(ctx, s.opts.MessageWait)
-	defer cancel()
-	m, err := s.rt.Message(mctx, session, string(agent), in.Message, prio)
-	if err != nil && (m == nil || m.Outcome != core.OutcomePending || ctx.Err() != nil) {
+	m, err := s.rt.Message(ctx, session, string(agent), in.Message, prio)
+	if err != nil {
 		return SendOutput{}, s.actionErr(session, err)
 	}
 	var out SendOutput
@@ -497,8 +497,12 @@ func sendView(st *core.State, m *core.Msg) SendOutput {
 			out.Notifications = []string{note(out.Run)}
 		}
 	case core.OutcomeQueuedBehindStop:
-		out.Detail = fmt.Sprintf("%s was finishing run %d when the message arrived; run %d answers it. You get two notifications: run %d's, then run %d's with the answer.",
-			name, out.Run, out.Run+1, out.Run, out.Run+1)
+		why := out.Reason
+		if why == "" {
+			why = fmt.Sprintf("run %d was ending", out.Run)
+		}
+		out.Detail = fmt.Sprintf("Queued behind the end of %s's run %d (%s); run %d answers it. You get two notifications: run %d's, then run %d's with the answer.",
+			name, out.Run, why, out.Run+1, out.Run, out.Run+1)
 		if note != nil {
 			out.Notifications = []string{note(out.Run), note(out.Run + 1)}
 		}
@@ -510,7 +514,14 @@ func sendView(st *core.State, m *core.Msg) SendOutput {
 	case core.OutcomeRejected:
 		out.Detail = "Not delivered: " + out.Reason
 	case core.OutcomePending:
-		out.Detail = fmt.Sprintf("%s's model round is still in flight; its answer decides between joined and queued-behind-stop. task_status shows the outcome later; either way the answer comes as a notification.", name)
+		var res struct {
+			Detail string `json:"detail"`
+		}
+		_ = json.Unmarshal([]byte(core.RenderOutcome(st, m)), &res)
+		if note != nil {
+			out.Notifications = []string{note(out.Run), note(out.Run + 1)}
+		}
+		out.Detail = res.Detail + " task_status shows the settled outcome; call wait for the answer."
 	}
 	if out.Outcome != string(core.OutcomeRejected) && out.Outcome != string(core.OutcomePending) {
 		out.Detail += " Call wait for the answer."

@@ -281,9 +281,10 @@ func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) error {
 
 // message sends a user message and answers with its outcome: joined,
 // queued-behind-stop, resumed or rejected (a rejection is an outcome, not
-// an HTTP error). When the target's model round is in flight the outcome
-// waits for its answer, up to Options.MessageWait; past that the answer is
-// 202 with the message still pending (poll GET .../messages/{msg}).
+// an HTTP error). It never waits on the target's model (DESIGN rule 11):
+// when the target's model round is in flight the answer is 202 with the
+// outcome pending and its promise in detail; that round's answer settles
+// it (GET .../messages/{msg}, or the message.resolved event).
 func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("session")
 	var req MessageRequest
@@ -293,17 +294,15 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Text) == "" {
 		return badRequest("text is empty")
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.MessageWait)
-	defer cancel()
-	m, err := s.rt.Message(ctx, id, r.PathValue("agent"), req.Text, req.Priority)
+	m, err := s.rt.Message(r.Context(), id, r.PathValue("agent"), req.Text, req.Priority)
 	if err != nil {
-		if m != nil && m.Outcome == core.OutcomePending && r.Context().Err() == nil && ctx.Err() != nil {
-			writeJSON(w, http.StatusAccepted, s.msgView(r.Context(), id, m))
-			return nil
-		}
 		return s.actionErr(r.Context(), id, err)
 	}
-	writeJSON(w, http.StatusOK, s.msgView(r.Context(), id, m))
+	status := http.StatusOK
+	if m.Outcome == core.OutcomePending {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, s.msgView(r.Context(), id, m))
 	return nil
 }
 
@@ -327,9 +326,6 @@ func (s *Server) msgView(ctx context.Context, session string, m *core.Msg) Messa
 // messageDetail is the outcome's explanation, from the text the core gives
 // a sending agent.
 func messageDetail(st *core.State, m *core.Msg) string {
-	if m.Outcome == core.OutcomePending {
-		return "the agent's model round is in flight; its answer decides between joined and queued-behind-stop"
-	}
 	var out struct {
 		Detail string `json:"detail"`
 	}

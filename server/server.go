@@ -41,9 +41,6 @@ type Options struct {
 	Heartbeat time.Duration
 	// MaxBody caps request bodies in bytes (1 MiB).
 	MaxBody int64
-	// MessageWait bounds how long POST .../messages waits for a pending
-	// outcome before it answers 202 with the message still pending (10m).
-	MessageWait time.Duration
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
 	// after its context ends (10s).
 	ShutdownTimeout time.Duration
@@ -97,9 +94,6 @@ func New(rt *vigil.Runtime, opts Options) *Server {
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = 1 << 20
-	}
-	if opts.MessageWait <= 0 {
-		opts.MessageWait = 10 * time.Minute
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 10 * time.Second

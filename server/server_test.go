@@ -534,16 +534,18 @@ func TestMessageOutcomes(t *testing.T) {
 	h.mustErr("POST", base+"/agents/main/messages", MessageRequest{Text: "x", Priority: "soon"}, 400, "invalid")
 }
 
-// TestMessagePendingIsBounded: a message to an agent whose model round is
-// in flight waits for the round; past MessageWait it answers 202 pending.
-func TestMessagePendingIsBounded(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.MessageWait = 20 * time.Millisecond })
+// TestMessagePendingAnswersAtOnce: a message to an agent whose model round
+// is in flight is answered at once, 202 pending with its promise (DESIGN
+// rule 11); the round's end settles it.
+func TestMessagePendingAnswersAtOnce(t *testing.T) {
+	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "slow", Prompt: "think"})
 	h.wait(id, "model call in flight", func(e core.Event) bool { _, ok := e.Body.(*core.ModelCallStarted); return ok })
-	var m core.Msg
-	h.must("POST", "/api/sessions/"+id+"/agents/main/messages", MessageRequest{Text: "hurry"}, http.StatusAccepted, &m)
-	if m.Outcome != core.OutcomePending || m.ID == "" {
-		t.Fatalf("pending message: %+v", m)
+	var v MessageView
+	h.must("POST", "/api/sessions/"+id+"/agents/main/messages", MessageRequest{Text: "hurry"}, http.StatusAccepted, &v)
+	m := v.Msg
+	if m.Outcome != core.OutcomePending || m.ID == "" || !strings.Contains(v.Detail, "joins run 1") || !strings.Contains(v.Detail, "run 2 answers") {
+		t.Fatalf("pending message: %+v", v)
 	}
 	// Cancelling the run settles it.
 	h.must("POST", "/api/sessions/"+id+"/agents/main/cancel", nil, 200, nil)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -26,6 +27,9 @@ type checker struct {
 	msgSet    map[core.MsgID]bool
 	// sent holds the items handed to the current provider process.
 	sent map[core.ItemID]bool
+	// promised holds the target run a pending message's sender was told
+	// (DESIGN rule 11): it joins that run or the next one answers.
+	promised map[core.MsgID]int
 }
 
 // itemInfo is what the checker saw of an inbox item: a run holds it in
@@ -47,7 +51,7 @@ func newChecker(w *world) *checker {
 	return &checker{
 		w: w, notes: map[string]int{}, items: map[core.ItemID]*itemInfo{}, runs: map[string]*runInfo{},
 		gates: map[core.AgentID]int{}, woken: map[string]core.AgentID{}, cancelled: map[string]bool{}, cur: map[core.AgentID]int{}, msgSet: map[core.MsgID]bool{},
-		sent: map[core.ItemID]bool{},
+		sent: map[core.ItemID]bool{}, promised: map[core.MsgID]int{},
 	}
 }
 
@@ -111,9 +115,26 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 			}
 		}
 	}()
+	// Rule 11: a SendMessage call gets its result in the step that
+	// started it; a pending result states its promise.
+	sends := map[string]core.AgentID{}
+	defer func() {
+		for use, a := range sends {
+			c.violate("11", fmt.Sprintf("SendMessage %s of %s is left waiting on another agent's model round", use, a))
+		}
+	}()
 	for _, e := range out.Events {
 		c.idx++
 		switch b := e.Body.(type) {
+		case *core.ToolCallStarted:
+			if b.Call.Name == "SendMessage" {
+				sends[b.Call.UseID] = b.Agent
+			}
+		case *core.ToolCallFinished:
+			if _, ok := sends[b.UseID]; ok {
+				delete(sends, b.UseID)
+				c.checkPromise(b.Result)
+			}
 		case *core.NotificationWritten:
 			k := b.Note.Key.String()
 			c.notes[k]++
@@ -236,6 +257,9 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 			}
 		case *core.MessageSent:
 			c.msgSet[b.Msg.ID] = true
+			if b.Msg.Outcome == core.OutcomePending {
+				c.promised[b.Msg.ID] = b.Msg.Run
+			}
 			if b.Msg.Outcome == "" {
 				c.violate("3", "message "+string(b.Msg.ID)+" sent with no outcome")
 			}
@@ -243,6 +267,14 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				c.violate("3", "message "+string(b.Msg.ID)+" rejected without a reason")
 			}
 		case *core.MessageResolved:
+			// The first settlement keeps the pending promise; a later one
+			// re-promises a message a failed run gave back (rule 3).
+			if run, ok := c.promised[b.Msg]; ok {
+				delete(c.promised, b.Msg)
+				if b.Outcome != core.OutcomeRejected && b.Run != run {
+					c.violate("11", fmt.Sprintf("message %s was promised run %d (joins it, or run %d answers), settled on run %d", b.Msg, run, run+1, b.Run))
+				}
+			}
 			switch b.Outcome {
 			case core.OutcomeJoined, core.OutcomeQueuedBehindStop:
 			case core.OutcomeRejected:
@@ -547,6 +579,24 @@ func (c *checker) checkMsg(m *core.Msg) {
 				c.violate("3", fmt.Sprintf("message %s: told it joined run %d, answered by run %d", m.ID, m.Run, info.run))
 			}
 		}
+	}
+}
+
+// checkPromise reads a SendMessage result: a pending outcome must name
+// both runs it promises.
+func (c *checker) checkPromise(result string) {
+	var res struct {
+		Outcome core.MsgOutcome `json:"outcome"`
+		Msg     core.MsgID      `json:"message_id"`
+		Run     int             `json:"run"`
+		Detail  string          `json:"detail"`
+	}
+	if json.Unmarshal([]byte(result), &res) != nil || res.Outcome != core.OutcomePending {
+		return
+	}
+	if run, ok := c.promised[res.Msg]; !ok || run != res.Run ||
+		!strings.Contains(res.Detail, fmt.Sprintf("joins run %d", run)) || !strings.Contains(res.Detail, fmt.Sprintf("run %d answers", run+1)) {
+		c.violate("11", fmt.Sprintf("pending message %s: the sender was told %q", res.Msg, res.Detail))
 	}
 }
 

@@ -98,7 +98,10 @@ var defs = []def{
 			"- queued-behind-stop: the agent is finishing its current run, which will not see the message; its " +
 			"next run answers it (you get a notification for each run);\n" +
 			"- resumed: the agent was idle, and a new run started to answer the message;\n" +
-			"- rejected: the message was not delivered (no such agent, agent closed, limits), with the reason.\n" +
+			"- rejected: the message was not delivered (no such agent, agent closed, limits), with the reason;\n" +
+			"- pending: the agent's model round is in flight, and its answer decides: if the run goes on, the " +
+			"message joins it; if that round was its last, the next run answers. The result names both runs. " +
+			"You never wait for another agent's model: the call returns at once.\n" +
 			"Replies of a subagent you own arrive as <task-notification>s when its runs end.",
 		params: []param{
 			{name: "to", kind: kindString, required: true,

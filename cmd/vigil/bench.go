@@ -96,6 +96,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err := run("wake: background agent reply -> next request", wake(ccAgentMedian, bench.WakeLatencyAgent, *samples)); err != nil {
 			return err
 		}
+		if err := run("send: SendMessage during a 100ms round", func(st store.Store) (string, error) {
+			s, err := bench.SendLatency(ctx, bench.Config{Store: st, DataDir: dir, N: max(*samples/10, 5)})
+			return fmt.Sprintf("%s  (%.4f of the recipient's round at p99)", s, float64(s.P99)/float64(bench.SendRound)), err
+		}); err != nil {
+			return err
+		}
 		if err := run("notifications written and delivered", func(st store.Store) (string, error) {
 			s, err := bench.Notifications(ctx, bench.Config{Store: st, DataDir: dir, N: *notes}, 4)
 			return s.String() + " (4 sessions x 10 workers)", err

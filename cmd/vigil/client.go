@@ -460,13 +460,17 @@ func describeOutcome(m *core.Msg, status int) string {
 	case core.OutcomeJoined:
 		return fmt.Sprintf("joined (run %d sees it at its next model round)", m.Run)
 	case core.OutcomeQueuedBehindStop:
-		return fmt.Sprintf("queued-behind-stop (run %d was finishing; run %d answers)", m.Run, m.Run+1)
+		why := m.Reason
+		if why == "" {
+			why = fmt.Sprintf("run %d was ending", m.Run)
+		}
+		return fmt.Sprintf("queued-behind-stop (%s; run %d answers)", why, m.Run+1)
 	case core.OutcomeResumed:
 		return fmt.Sprintf("resumed (the agent was idle; run %d answers)", m.Run)
 	case core.OutcomeRejected:
 		return "rejected: " + m.Reason
 	case core.OutcomePending:
-		return "pending: the agent's model round is still in flight (see 'vigil show')"
+		return fmt.Sprintf("pending: the agent's model round is in flight; the message joins run %d if the run goes on, else run %d answers (see 'vigil show')", m.Run, m.Run+1)
 	}
 	return string(m.Outcome)
 }

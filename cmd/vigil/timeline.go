@@ -147,7 +147,7 @@ func (t *timeline) describe(e core.Event) string {
 		m := b.Msg
 		s := fmt.Sprintf("message %s → %s: %s", m.ID, t.name(m.To), m.Outcome)
 		if m.Outcome == core.OutcomePending {
-			s += " (its model round is in flight)"
+			s += fmt.Sprintf(" (its model round is in flight: joins run %d, or run %d answers)", m.Run, m.Run+1)
 		}
 		if m.Reason != "" {
 			s += " (" + m.Reason + ")"
@@ -155,7 +155,11 @@ func (t *timeline) describe(e core.Event) string {
 		return s
 	case *core.MessageResolved:
 		if b.Outcome == core.OutcomeQueuedBehindStop {
-			return fmt.Sprintf("message %s: queued-behind-stop (run %d was its last round; run %d answers)", b.Msg, b.Run, b.Run+1)
+			why := b.Reason
+			if why == "" {
+				why = fmt.Sprintf("run %d was ending", b.Run)
+			}
+			return fmt.Sprintf("message %s: queued-behind-stop (%s; run %d answers)", b.Msg, why, b.Run+1)
 		}
 		return fmt.Sprintf("message %s: %s run %d", b.Msg, b.Outcome, b.Run)
 	case *core.TaskStarted:
