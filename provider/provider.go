@@ -41,6 +41,25 @@ type Request struct {
 	Tools []chat.ToolSpec
 	// MaxTokens caps the answer; zero means the adapter's default.
 	MaxTokens int
+	// Purpose says what the round is for: "" for a normal model round,
+	// PurposeCompact for a request that asks the model to summarise the
+	// older turns of the conversation. Adapters send it as the
+	// X-Vigil-Purpose header and otherwise treat every purpose alike; a
+	// compaction request carries no tools because its caller sends none.
+	Purpose string
+}
+
+// PurposeCompact is the Request.Purpose of a context compaction: the
+// request asks the model to summarise the older turns of the
+// conversation, so that the summary can stand in for them.
+const PurposeCompact = "compact"
+
+// Windowed is implemented by a Provider that knows the context windows of
+// its models.
+type Windowed interface {
+	// ContextWindow is the context window of model in tokens: the largest
+	// prompt the model accepts. Zero means unknown.
+	ContextWindow(model string) int
 }
 
 // EventType names the kind of a streamed Event.
@@ -103,6 +122,7 @@ const (
 	ErrBadRequest  ErrorKind = "bad_request"  // 400 and other client errors
 	ErrAuth        ErrorKind = "auth"         // 401, 403
 	ErrCanceled    ErrorKind = "canceled"     // the caller's context ended
+	ErrStalled     ErrorKind = "stalled"      // no bytes arrived for RetryPolicy.StallTimeout
 	ErrScript      ErrorKind = "script"       // a scripted provider's scenario error
 )
 
@@ -162,12 +182,14 @@ func Collect(seq iter.Seq2[Event, error], observe func(Event)) (*chat.Response, 
 }
 
 // IdentityHeaders returns request options, made with header, that tell the
-// server who is asking: X-Vigil-Session, X-Vigil-Agent (the agent's name)
-// and X-Vigil-Call (stable across a re-issue, usable as an idempotency
-// key). Fake servers in tests use them to play each agent's part.
+// server who is asking: X-Vigil-Session, X-Vigil-Agent (the agent's name),
+// X-Vigil-Call (stable across a re-issue, usable as an idempotency key)
+// and, when the request has one, X-Vigil-Purpose (e.g. "compact"). Empty
+// values are not sent. Fake servers in tests use them to play each agent's
+// part and to tell compaction requests apart.
 func IdentityHeaders[O any](req *Request, header func(k, v string) O) []O {
 	var out []O
-	for _, kv := range [][2]string{{"X-Vigil-Session", req.Session}, {"X-Vigil-Agent", req.AgentName}, {"X-Vigil-Call", req.CallID}} {
+	for _, kv := range [][2]string{{"X-Vigil-Session", req.Session}, {"X-Vigil-Agent", req.AgentName}, {"X-Vigil-Call", req.CallID}, {"X-Vigil-Purpose", req.Purpose}} {
 		if kv[1] != "" {
 			out = append(out, header(kv[0], kv[1]))
 		}

@@ -22,7 +22,8 @@ import (
 //
 // Retried: HTTP 429, 500-504 and 529, an overloaded_error (also as an SSE
 // error event in the middle of a stream), a connection refused or reset,
-// and a stream that ends before its final event. Not retried: other client
+// a stream that ends before its final event, and a response that stalls
+// (see StallTimeout). Not retried: other client
 // errors (400, 401, 403, 404, ...), malformed frames, and the caller's
 // context ending.
 type RetryPolicy struct {
@@ -48,7 +49,21 @@ type RetryPolicy struct {
 	// Now reads the clock, to turn an HTTP-date retry-after into a wait.
 	// Nil means time.Now.
 	Now func() time.Time
+	// StallTimeout is the longest an attempt may go without receiving a
+	// byte, counted from sending the request to the response headers and
+	// then between reads of the response body (the event stream). When it
+	// passes, the attempt is aborted and fails with ErrStalled, which is
+	// retried; see StallTransport. Zero means DefaultStallTimeout; a
+	// negative value turns stall detection off.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is the StallTimeout of a zero RetryPolicy. The
+// Anthropic API sends a ping event every few seconds while the model
+// thinks, so two minutes of silence there means a dead connection. A
+// local server on slow hardware may send nothing while it reads a long
+// prompt: give it a longer StallTimeout.
+const DefaultStallTimeout = 2 * time.Minute
 
 // WithDefaults fills in the zero fields.
 func (p RetryPolicy) WithDefaults() RetryPolicy {
@@ -72,6 +87,9 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	}
 	if p.Now == nil {
 		p.Now = time.Now
+	}
+	if p.StallTimeout == 0 {
+		p.StallTimeout = DefaultStallTimeout
 	}
 	return p
 }

@@ -104,6 +104,7 @@ func TestFailureOf(t *testing.T) {
 		{&Error{Kind: ErrServer, Status: 500}, core.FailTransient},
 		{&Error{Kind: ErrNetwork}, core.FailTransient},
 		{&Error{Kind: ErrTruncated}, core.FailTransient},
+		{&Error{Kind: ErrStalled, Message: "no bytes for 2m0s", Retryable: true}, core.FailTransient},
 		{&Error{Kind: ErrAuth, Status: 401}, core.FailAuth},
 		{&Error{Kind: ErrBadRequest, Status: 400, Message: "invalid_request_error: prompt is too long: 210000 tokens > 200000 maximum"}, core.FailContext},
 		{&Error{Kind: ErrBadRequest, Status: 400, Message: "This model's maximum context length is 128000 tokens"}, core.FailContext},

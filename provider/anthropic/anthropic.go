@@ -13,6 +13,14 @@
 // tool input that is not valid JSON. The SDK is built without its
 // environment defaults: reading ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is
 // the caller's job.
+//
+// Requests mark their stable prefix for prompt caching, as Claude Code
+// does: the last tool, the last system block, the last message and the
+// user message before it carry cache_control {type: ephemeral}, so each
+// round reads what the previous one wrote. The usage reports the cache
+// traffic as CacheReadTokens and CacheWriteTokens, with InputTokens only
+// the uncached rest. A response that sends no byte for
+// RetryPolicy.StallTimeout is abandoned and retried (provider.ErrStalled).
 package anthropic
 
 import (
@@ -62,9 +70,11 @@ type Options struct {
 	// DefaultMaxTokens.
 	MaxTokens int
 	// HTTPClient sends the requests; nil means a client whose transport
-	// waits at most 10 minutes for response headers.
+	// waits at most 10 minutes for response headers. The provider wraps
+	// its transport in provider.StallTransport unless Retry turns stall
+	// detection off.
 	HTTPClient *http.Client
-	// Retry is the retry policy.
+	// Retry is the retry policy, stall detection included.
 	Retry provider.RetryPolicy
 	// Logger receives retries (warn) and attempts (debug); nil discards.
 	Logger *slog.Logger
@@ -106,6 +116,7 @@ func New(opts Options) *Provider {
 	if hc == nil {
 		hc = defaultHTTPClient()
 	}
+	hc = p.retry.StallClient(hc)
 	sdkOpts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
@@ -163,6 +174,12 @@ func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, ret
 func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
 	var res *http.Response
 	if err := p.messages.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err(); err != nil {
+		if f := p.stalled(err); f != nil {
+			if res != nil && res.Body != nil {
+				res.Body.Close()
+			}
+			return nil, f, false
+		}
 		if res != nil && res.StatusCode >= 400 {
 			return nil, p.httpFailure(res), false
 		}
@@ -178,7 +195,10 @@ func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sd
 	if isJSON(res) {
 		// Not a stream: an error in a 200, or a proxy that ignored
 		// "stream": true. Either way, no retry will change it.
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		if f := p.stalled(err); f != nil {
+			return nil, f, false
+		}
 		if bytes.Contains(body, []byte(`"error"`)) {
 			se := errorEvent(body)
 			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
@@ -204,9 +224,22 @@ func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sd
 	}
 	msg := "stream ended before message_stop"
 	if err := dec.Err(); err != nil {
+		if f := p.stalled(err); f != nil {
+			return nil, f, false
+		}
 		msg += ": " + err.Error()
 	}
 	return nil, &provider.Failure{Err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
+}
+
+// stalled returns the failure of an attempt whose response went quiet
+// (err holds a *provider.StallError), or nil.
+func (p *Provider) stalled(err error) *provider.Failure {
+	var se *provider.StallError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	return &provider.Failure{Err: p.newError(provider.ErrStalled, 0, se.Error(), true)}
 }
 
 func isJSON(res *http.Response) bool {

@@ -236,19 +236,23 @@ func TestRequestShape(t *testing.T) {
 		t.Errorf("headers = %v", got.Header)
 	}
 	body := got.JSON()
+	// Prompt caching: the last tool, the last system block, the last block
+	// of the last message and of the user message before it are marked.
+	ephemeral := map[string]any{"type": "ephemeral"}
 	wantBody := map[string]any{
 		"model":      anthropic.DefaultModel,
 		"max_tokens": float64(8192),
 		"stream":     true,
-		"system":     []any{map[string]any{"type": "text", "text": "You are vigil."}},
+		"system":     []any{map[string]any{"type": "text", "text": "You are vigil.", "cache_control": ephemeral}},
 		"tools": []any{map[string]any{
 			"name": "read", "description": "Read a file",
-			"input_schema": map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}, "required": []any{"path"}},
+			"input_schema":  map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}, "required": []any{"path"}},
+			"cache_control": ephemeral,
 		}},
 		"messages": []any{
 			map[string]any{"role": "user", "content": []any{
 				map[string]any{"type": "text", "text": "first"},
-				map[string]any{"type": "text", "text": "second"},
+				map[string]any{"type": "text", "text": "second", "cache_control": ephemeral},
 			}},
 			map[string]any{"role": "assistant", "content": []any{
 				map[string]any{"type": "text", "text": "reading"},
@@ -258,7 +262,7 @@ func TestRequestShape(t *testing.T) {
 			map[string]any{"role": "user", "content": []any{
 				map[string]any{"type": "tool_result", "tool_use_id": "t1", "content": []any{map[string]any{"type": "text", "text": "contents of a"}}},
 				map[string]any{"type": "tool_result", "tool_use_id": "t2", "is_error": true, "content": []any{map[string]any{"type": "text", "text": "no such file"}}},
-				map[string]any{"type": "text", "text": "a note"},
+				map[string]any{"type": "text", "text": "a note", "cache_control": ephemeral},
 			}},
 		},
 	}

@@ -22,6 +22,7 @@ import (
 //     each group in its original order.
 //   - Empty text blocks are dropped (the API rejects them), and so are the
 //     messages they leave empty.
+//   - The stable prefix is marked for prompt caching; see cacheBreakpoints.
 func (p *Provider) params(req *provider.Request) (sdk.MessageNewParams, error) {
 	params := sdk.MessageNewParams{
 		Model:     sdk.Model(cmp.Or(req.Model, p.model)),
@@ -100,13 +101,71 @@ func (p *Provider) params(req *provider.Request) (sdk.MessageNewParams, error) {
 			}
 		}
 	}
-	for _, t := range turns {
-		blocks := append(t.results, t.others...)
-		if t.role == chat.RoleUser {
+	contents := make([][]sdk.ContentBlockParamUnion, len(turns))
+	roles := make([]chat.Role, len(turns))
+	for i, t := range turns {
+		contents[i], roles[i] = append(t.results, t.others...), t.role
+	}
+	cacheBreakpoints(&params, roles, contents)
+	for i, blocks := range contents {
+		if roles[i] == chat.RoleUser {
 			params.Messages = append(params.Messages, sdk.NewUserMessage(blocks...))
 		} else {
 			params.Messages = append(params.Messages, sdk.NewAssistantMessage(blocks...))
 		}
 	}
 	return params, nil
+}
+
+// cacheBreakpoints puts cache_control {type: ephemeral} on the blocks where
+// the stable prefix of the prompt ends, the way Claude Code does; roles and
+// contents are the messages about to be sent. The API caches the prefix
+// that ends at a marked block (tools first, then system, then messages)
+// and allows at most four marks:
+//
+//  1. the last tool definition: the tools, which change least;
+//  2. the last system block: tools and system prompt;
+//  3. the last block of the last message: the whole prompt, written to the
+//     cache so that the next round, which repeats this prompt and appends
+//     to it, reads it back;
+//  4. the last block of the user message before the last one: in the usual
+//     round (this prompt = the previous one + the assistant's answer + a
+//     new user message) that is where the previous round put mark 3, so
+//     this round reads exactly the prefix the previous one wrote, however
+//     many blocks were added since (the API looks only 20 blocks back from
+//     a mark for a shorter cached prefix).
+//
+// A prompt without tools, system or an earlier user message gets fewer
+// marks. Prefixes shorter than the model's minimum (1024 tokens or more)
+// are not cached, at no cost. Usage reports the cache traffic:
+// cache_read_input_tokens and cache_creation_input_tokens, with
+// input_tokens only the uncached rest.
+func cacheBreakpoints(params *sdk.MessageNewParams, roles []chat.Role, contents [][]sdk.ContentBlockParamUnion) {
+	mark := sdk.NewCacheControlEphemeralParam()
+	if n := len(params.Tools); n > 0 {
+		if cc := params.Tools[n-1].GetCacheControl(); cc != nil {
+			*cc = mark
+		}
+	}
+	if n := len(params.System); n > 0 {
+		params.System[n-1].CacheControl = mark
+	}
+	markLast := func(blocks []sdk.ContentBlockParamUnion) {
+		if n := len(blocks); n > 0 {
+			if cc := blocks[n-1].GetCacheControl(); cc != nil {
+				*cc = mark
+			}
+		}
+	}
+	last := len(contents) - 1
+	if last < 0 {
+		return
+	}
+	markLast(contents[last])
+	for i := last - 1; i >= 0; i-- {
+		if roles[i] == chat.RoleUser {
+			markLast(contents[i])
+			return
+		}
+	}
 }

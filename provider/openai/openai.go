@@ -15,12 +15,19 @@
 // OPENAI_BASE_URL and other variables from the environment and would send
 // a real OpenAI key to whatever local server BaseURL names: only the chat
 // completion service is built, from explicit options.
+//
+// Usage counts prompt_tokens_details.cached_tokens (and cache_write_tokens,
+// where a server reports it) as CacheReadTokens (CacheWriteTokens), and
+// only the rest of prompt_tokens as InputTokens. A response that sends no
+// byte for RetryPolicy.StallTimeout is abandoned and retried
+// (provider.ErrStalled).
 package openai
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -64,9 +71,13 @@ type Options struct {
 	// every compatible server understands.
 	MaxCompletionTokens bool
 	// HTTPClient sends the requests; nil means a client whose transport
-	// waits at most 10 minutes for response headers.
+	// waits at most 10 minutes for response headers. The provider wraps
+	// its transport in provider.StallTransport unless Retry turns stall
+	// detection off.
 	HTTPClient *http.Client
-	// Retry is the retry policy.
+	// Retry is the retry policy, stall detection included. A local server
+	// on slow hardware may send nothing while it reads a long prompt: give
+	// it a StallTimeout longer than that.
 	Retry provider.RetryPolicy
 	// Logger receives retries (warn) and attempts (debug); nil discards.
 	Logger *slog.Logger
@@ -109,6 +120,7 @@ func New(opts Options) *Provider {
 		t.ResponseHeaderTimeout = 10 * time.Minute
 		hc = &http.Client{Transport: t}
 	}
+	hc = p.retry.StallClient(hc)
 	sdkOpts := []option.RequestOption{
 		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
 		option.WithHTTPClient(hc),
@@ -156,6 +168,12 @@ func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, ret
 func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sdk.ChatCompletionNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
 	var res *http.Response
 	if err := p.chat.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err(); err != nil {
+		if f := p.stalled(err); f != nil {
+			if res != nil && res.Body != nil {
+				res.Body.Close()
+			}
+			return nil, f, false
+		}
 		if res != nil && res.StatusCode >= 400 {
 			return nil, p.httpFailure(res), false
 		}
@@ -171,7 +189,10 @@ func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sd
 	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == "application/json" {
 		// Not a stream: an error in a 200, or a server that ignored
 		// "stream": true. Either way, no retry will change it.
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		if f := p.stalled(err); f != nil {
+			return nil, f, false
+		}
 		if we, ok := parseErrorBody(body); ok {
 			se := inStreamError(we)
 			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
@@ -196,6 +217,9 @@ func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sd
 		}
 	}
 	if !acc.done {
+		if f := p.stalled(dec.Err()); f != nil {
+			return nil, f, false
+		}
 		if err := dec.Err(); err != nil || acc.finish == "" {
 			msg := "stream ended before [DONE] and before a finish_reason"
 			if err != nil {
@@ -214,6 +238,16 @@ func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sd
 		}
 	}
 	return resp, nil, false
+}
+
+// stalled returns the failure of an attempt whose response went quiet
+// (err holds a *provider.StallError), or nil.
+func (p *Provider) stalled(err error) *provider.Failure {
+	var se *provider.StallError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	return &provider.Failure{Err: p.newError(provider.ErrStalled, 0, se.Error(), true)}
 }
 
 // wireError is the error object of an OpenAI-style error body. Compatible

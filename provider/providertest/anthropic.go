@@ -1,8 +1,11 @@
 package providertest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"strings"
 
 	"github.com/vigilrun/vigil/chat"
@@ -20,19 +23,15 @@ func anthropicErrorBody(e *APIError) []byte {
 
 func parseAnthropic(r *Request) error {
 	var body struct {
-		Model     string          `json:"model"`
-		MaxTokens int             `json:"max_tokens"`
-		Stream    bool            `json:"stream"`
-		System    json.RawMessage `json:"system"`
+		Model     string            `json:"model"`
+		MaxTokens int               `json:"max_tokens"`
+		Stream    bool              `json:"stream"`
+		System    json.RawMessage   `json:"system"`
+		Tools     []json.RawMessage `json:"tools"`
 		Messages  []struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		Tools []struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			InputSchema json.RawMessage `json:"input_schema"`
-		} `json:"tools"`
 	}
 	if err := json.Unmarshal(r.Body, &body); err != nil {
 		return err
@@ -43,8 +42,45 @@ func parseAnthropic(r *Request) error {
 		return fmt.Errorf("system: %w", err)
 	}
 	r.System = sys
-	for _, t := range body.Tools {
+	// The prompt cache's prefixes run over the tools, the system blocks and
+	// the messages' blocks, in this order, as the API has it.
+	key := newPrefixKey(r.Model)
+	var marks []pendingMark
+	for i, raw := range body.Tools {
+		var t struct {
+			Name         string          `json:"name"`
+			Description  string          `json:"description"`
+			InputSchema  json.RawMessage `json:"input_schema"`
+			CacheControl *cacheControl   `json:"cache_control"`
+		}
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return fmt.Errorf("tool %d: %w", i, err)
+		}
 		r.Tools = append(r.Tools, chat.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		key.add("tool", raw)
+		if t.CacheControl != nil {
+			marks = append(marks, pendingMark{CacheMark{Part: "tools", Index: i, Type: t.CacheControl.Type, TTL: t.CacheControl.TTL}, key.sum(), len(r.Tools), 0, -1, -1})
+		}
+	}
+	var sysBlocks []struct {
+		Type         string        `json:"type"`
+		Text         string        `json:"text"`
+		CacheControl *cacheControl `json:"cache_control"`
+	}
+	var sysRaw []json.RawMessage
+	if json.Unmarshal(body.System, &sysRaw) == nil && json.Unmarshal(body.System, &sysBlocks) == nil {
+		var texts []string
+		for i, b := range sysBlocks {
+			if b.Type == "text" {
+				texts = append(texts, b.Text)
+			}
+			key.add("system", sysRaw[i])
+			if b.CacheControl != nil {
+				marks = append(marks, pendingMark{CacheMark{Part: "system", Index: i, Type: b.CacheControl.Type, TTL: b.CacheControl.TTL}, key.sum(), len(r.Tools), len(strings.Join(texts, "\n")), -1, -1})
+			}
+		}
+	} else if sys != "" {
+		key.add("system", body.System)
 	}
 	var msgs []chat.Message
 	for i, m := range body.Messages {
@@ -53,10 +89,104 @@ func parseAnthropic(r *Request) error {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
 		msgs = append(msgs, chat.Message{Role: chat.Role(m.Role), Content: blocks})
+		key.add("message", []byte(m.Role))
+		var raws []json.RawMessage
+		if json.Unmarshal(m.Content, &raws) != nil {
+			key.add("block", m.Content) // a string: one text block, no mark
+			continue
+		}
+		for j, raw := range raws {
+			key.add("block", raw)
+			var cc struct {
+				CacheControl *cacheControl `json:"cache_control"`
+			}
+			if json.Unmarshal(raw, &cc) == nil && cc.CacheControl != nil {
+				marks = append(marks, pendingMark{CacheMark{Part: "messages", Index: i, Block: j, Type: cc.CacheControl.Type, TTL: cc.CacheControl.TTL}, key.sum(), len(r.Tools), len(sys), i, j})
+			}
+		}
 	}
 	r.Messages = mergeRoles(msgs)
+	r.Tokens = PromptTokens(r)
+	for _, pm := range marks {
+		pm.mark.Tokens = pm.tokens(r, msgs)
+		r.CacheMarks = append(r.CacheMarks, pm.mark)
+		r.prefixes = append(r.prefixes, cachePrefix{key: pm.key, tokens: pm.mark.Tokens})
+	}
 	return nil
 }
+
+// cacheControl is the cache_control of a block: {"type":"ephemeral"},
+// with an optional "ttl".
+type cacheControl struct {
+	Type string `json:"type"`
+	TTL  string `json:"ttl"`
+}
+
+// pendingMark is a cache mark whose prefix is counted once the whole
+// request is parsed: the prefix holds the first tools tools, the first
+// system bytes of the system prompt and, when msg is not negative, the
+// wire messages before msg and the blocks of msg up to block.
+type pendingMark struct {
+	mark       CacheMark
+	key        string
+	tools      int
+	system     int
+	msg, block int
+}
+
+// tokens counts the prefix as PromptTokens counts a prompt. Messages are
+// counted merged, as in r.Messages, so that the prefix that ends at the
+// last block is the whole prompt.
+func (pm pendingMark) tokens(r *Request, wire []chat.Message) int64 {
+	n := toolTokens(r.Tools[:pm.tools]) + int64(pm.system/4)
+	if pm.msg < 0 {
+		return n
+	}
+	prefix := append([]chat.Message(nil), wire[:pm.msg]...)
+	prefix = append(prefix, chat.Message{Role: wire[pm.msg].Role, Content: wire[pm.msg].Content[:min(pm.block+1, len(wire[pm.msg].Content))]})
+	return n + chat.EstimateTokens(mergeRoles(prefix))
+}
+
+// prefixKey identifies a prompt prefix: a running hash of the model and
+// of each part of the prompt, cache_control marks left out (moving a mark
+// does not change what is cached).
+type prefixKey struct {
+	h hash.Hash
+}
+
+func newPrefixKey(model string) *prefixKey {
+	k := &prefixKey{h: sha256.New()}
+	k.add("model", []byte(model))
+	return k
+}
+
+func (k *prefixKey) add(kind string, raw []byte) {
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		raw, _ = json.Marshal(stripCacheControl(v)) // canonical: keys sorted, no spaces
+	}
+	fmt.Fprintf(k.h, "%s %d\n", kind, len(raw))
+	k.h.Write(raw)
+}
+
+// stripCacheControl removes the cache_control fields of a decoded value,
+// at every depth.
+func stripCacheControl(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		delete(v, "cache_control")
+		for k, x := range v {
+			v[k] = stripCacheControl(x)
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = stripCacheControl(x)
+		}
+	}
+	return v
+}
+
+func (k *prefixKey) sum() string { return hex.EncodeToString(k.h.Sum(nil)) }
 
 // anthropicText reads a string or an array of text blocks.
 func anthropicText(raw json.RawMessage) (string, error) {

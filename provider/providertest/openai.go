@@ -11,12 +11,15 @@ import (
 // The OpenAI Chat Completions wire format, as much of it as the fake needs.
 
 func openAIErrorBody(e *APIError) []byte {
-	var code any
+	var code, param any
 	if e.Code != "" {
 		code = e.Code
 	}
+	if e.Param != "" {
+		param = e.Param
+	}
 	return []byte(mustJSON(map[string]any{
-		"error": map[string]any{"message": e.Message, "type": e.Type, "code": code, "param": nil},
+		"error": map[string]any{"message": e.Message, "type": e.Type, "code": code, "param": param},
 	}))
 }
 
@@ -87,6 +90,7 @@ func parseOpenAI(r *Request) error {
 	}
 	r.System = strings.Join(system, "\n")
 	r.Messages = mergeRoles(msgs)
+	r.Tokens = PromptTokens(r)
 	return nil
 }
 

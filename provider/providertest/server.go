@@ -14,6 +14,18 @@
 // accepts the request and that still holds a reply answers it, and its reply
 // is used up. A request no rule answers gets a 400 invalid_request_error, and
 // the test fails when it ends.
+//
+// The fakes count tokens as PromptTokens does. With SetContextWindow, a
+// prompt over the window gets the API's own 400 error ("prompt is too
+// long: ..." from Anthropic, context_length_exceeded from OpenAI) before
+// any rule is consulted. A Reply that scripts no Usage is answered with
+// the counted usage: the prompt's tokens as input, the answer's as output.
+// The Anthropic fake also plays the prompt cache: it keeps, per server,
+// the prefixes that end at a block marked with cache_control, and reports
+// the longest one it holds as cache_read_input_tokens, the rest up to the
+// last mark as cache_creation_input_tokens, and only what follows the last
+// mark as input_tokens. Unlike the real cache it has no minimum length and
+// nothing expires.
 package providertest
 
 import (
@@ -57,6 +69,10 @@ type Server struct {
 	reqs     []*Request
 	misses   []string
 	closed   bool
+	window   int64
+	// cache holds the token counts of the prompt prefixes written to the
+	// simulated prompt cache, by prefix key (Anthropic only).
+	cache map[string]int64
 }
 
 type rule struct {
@@ -77,7 +93,7 @@ func NewOpenAI(t testing.TB) *Server { return start(t, WireOpenAI) }
 
 func start(t testing.TB, wire Wire) *Server {
 	t.Helper()
-	s := &Server{t: t, wire: wire, done: make(chan struct{})}
+	s := &Server{t: t, wire: wire, done: make(chan struct{}), cache: map[string]int64{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	t.Cleanup(func() {
@@ -123,6 +139,32 @@ func (s *Server) On(m Match, replies ...Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rules = append(s.rules, &rule{match: m, replies: replies})
+}
+
+// SetContextWindow sets the model's context window in tokens: a request
+// whose prompt, counted by PromptTokens, is larger is answered with HTTP
+// 400 and the API's own error body, without consulting the rules (no
+// scripted reply is used up). It is still recorded in Requests, with
+// OverWindow set. Zero or less removes the window.
+func (s *Server) SetContextWindow(tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.window = int64(max(0, tokens))
+}
+
+// PromptTokens is the fakes' count of the tokens of a request's prompt:
+// chat.EstimateTokens of its messages plus a token per four bytes of the
+// system prompt and of the tools' JSON (as []chat.ToolSpec, so the count
+// does not depend on the wire format).
+func PromptTokens(r *Request) int64 {
+	return chat.EstimateTokens(r.Messages) + int64(len(r.System)/4) + toolTokens(r.Tools)
+}
+
+func toolTokens(tools []chat.ToolSpec) int64 {
+	if len(tools) == 0 {
+		return 0
+	}
+	return int64(len(mustJSON(tools)) / 4)
 }
 
 // Push queues replies for any request, in order: On(Any(), replies...).
@@ -181,6 +223,10 @@ func LastUserContains(sub string) Match {
 	return func(r *Request) bool { return strings.Contains(r.LastUserText(), sub) }
 }
 
+// PurposeIs accepts requests whose X-Vigil-Purpose header is purpose
+// (provider.PurposeCompact for a compaction; "" for a normal round).
+func PurposeIs(purpose string) Match { return func(r *Request) bool { return r.Purpose == purpose } }
+
 // HeaderContains accepts requests whose header key holds sub.
 func HeaderContains(key, sub string) Match {
 	return func(r *Request) bool { return strings.Contains(r.Header.Get(key), sub) }
@@ -220,6 +266,46 @@ type Request struct {
 	Stream    bool
 	// IncludeUsage reports stream_options.include_usage (OpenAI).
 	IncludeUsage bool
+	// Purpose is the X-Vigil-Purpose header: "compact" for a compaction
+	// request, empty for a normal round.
+	Purpose string
+	// Tokens is the prompt's size as PromptTokens counts it.
+	Tokens int64
+	// OverWindow reports that the prompt was over the server's context
+	// window and was refused (see SetContextWindow).
+	OverWindow bool
+	// CacheMarks are the cache_control marks the request carried, in the
+	// order of the prompt: tools, system, messages (Anthropic only).
+	CacheMarks []CacheMark
+
+	prefixes []cachePrefix
+}
+
+// CacheMark is a block of an Anthropic request marked with cache_control:
+// the end of a prompt prefix to cache.
+type CacheMark struct {
+	// Part is where the block is: "tools", "system" or "messages".
+	Part string
+	// Index is the block's position in the request body, from 0: in the
+	// tools array, in the system array, or of its message in the messages
+	// array (before same-role messages are merged).
+	Index int
+	// Block is the position of the block in its message's content, for
+	// Part "messages".
+	Block int
+	// Type is the cache_control type ("ephemeral"); TTL its ttl, empty
+	// when the request sent none.
+	Type, TTL string
+	// Tokens is the size of the prefix that ends with the block, counted
+	// as PromptTokens counts: the prefix that ends with the last block of
+	// the last message is the whole prompt.
+	Tokens int64
+}
+
+// cachePrefix is a prompt prefix the request asks to cache.
+type cachePrefix struct {
+	key    string
+	tokens int64
 }
 
 // LastUser returns the last user message, or a zero Message.
@@ -312,6 +398,9 @@ type APIError struct {
 	Message string
 	// Code is OpenAI's error code; empty sends null.
 	Code string
+	// Param is OpenAI's param, the request field at fault; empty sends
+	// null.
+	Param string
 }
 
 // Event is one server-sent event.
@@ -394,8 +483,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusMethodNotAllowed, &APIError{Type: "invalid_request_error", Message: "method not allowed"})
 		return
 	case s.wire == WireAnthropic && strings.HasSuffix(r.URL.Path, "/v1/messages/count_tokens"):
+		n := int64(len(body)/4 + 1)
+		if req := (&Request{Body: body}); parseAnthropic(req) == nil {
+			n = req.Tokens
+		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"input_tokens":%d}`, len(body)/4+1)
+		fmt.Fprintf(w, `{"input_tokens":%d}`, n)
 		return
 	case s.wire == WireAnthropic && strings.HasSuffix(r.URL.Path, "/v1/messages"):
 	case s.wire == WireOpenAI && strings.HasSuffix(r.URL.Path, "/chat/completions"):
@@ -404,7 +497,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	req := &Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	req := &Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
+		Purpose: r.Header.Get("X-Vigil-Purpose")}
 	var perr error
 	if s.wire == WireAnthropic {
 		perr = parseAnthropic(req)
@@ -415,7 +509,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	req.N = len(s.reqs) + 1
 	s.reqs = append(s.reqs, req)
+	if window := s.window; perr == nil && window > 0 && req.Tokens > window {
+		req.OverWindow = true
+		s.mu.Unlock()
+		s.writeError(w, http.StatusBadRequest, s.overWindow(req.Tokens, window))
+		return
+	}
 	reply, ok := s.pick(req)
+	if ok && perr == nil && reply.Status < 400 {
+		reply.Usage = s.usage(req, reply)
+	}
 	if perr != nil {
 		ok = false
 		s.misses = append(s.misses, fmt.Sprintf("request %d: unparseable body: %v", req.N, perr))
@@ -465,6 +568,45 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.stream(w, r, reply, events)
+}
+
+// overWindow is the API's error for a prompt of tokens over a window.
+func (s *Server) overWindow(tokens, window int64) *APIError {
+	if s.wire == WireAnthropic {
+		return &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, window)}
+	}
+	return &APIError{
+		Type:    "invalid_request_error",
+		Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, tokens),
+		Param:   "messages",
+		Code:    "context_length_exceeded",
+	}
+}
+
+// usage is the usage a successful reply reports: its own when it scripts
+// one, else the counted one. The prompt cache takes the request's prefixes
+// either way. s.mu is held.
+func (s *Server) usage(req *Request, reply Reply) chat.Usage {
+	var read, longest int64
+	for _, p := range req.prefixes {
+		if n, ok := s.cache[p.key]; ok {
+			read = max(read, n)
+		}
+		longest = max(longest, p.tokens)
+	}
+	for _, p := range req.prefixes {
+		s.cache[p.key] = p.tokens
+	}
+	if reply.Usage != (chat.Usage{}) {
+		return reply.Usage
+	}
+	write := max(0, longest-read)
+	return chat.Usage{
+		InputTokens:      max(0, req.Tokens-read-write),
+		CacheReadTokens:  read,
+		CacheWriteTokens: write,
+		OutputTokens:     chat.EstimateTokens([]chat.Message{{Role: chat.RoleAssistant, Content: reply.Blocks}}),
+	}
 }
 
 // pick finds the reply for req. s.mu is held.
@@ -615,12 +757,15 @@ func chunks(s string, n int) []string {
 	return out
 }
 
+// mustJSON encodes v as the APIs do: compact, with <, > and & as they are.
 func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		panic(err)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // mergeRoles merges consecutive messages of the same role.

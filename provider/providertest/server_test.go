@@ -181,3 +181,151 @@ func TestFallback(t *testing.T) {
 		t.Errorf("body = %s", body)
 	}
 }
+
+func TestContextWindow(t *testing.T) {
+	big := strings.Repeat("word ", 400) // 2000 bytes
+	for _, tc := range []struct {
+		name string
+		srv  *providertest.Server
+		url  func(*providertest.Server) string
+		want string
+	}{
+		{"anthropic", providertest.NewAnthropic(t), func(s *providertest.Server) string { return s.URL + "/v1/messages" },
+			`{"error":{"message":"prompt is too long: %d tokens > 100 maximum","type":"invalid_request_error"},"request_id":"req_fake","type":"error"}`},
+		{"openai", providertest.NewOpenAI(t), func(s *providertest.Server) string { return s.BaseURL() + "/chat/completions" },
+			`{"error":{"code":"context_length_exceeded","message":"This model's maximum context length is 100 tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.","param":"messages","type":"invalid_request_error"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.srv
+			srv.SetContextWindow(100)
+			srv.On(providertest.Nth(2), providertest.TextAnswer("second"))
+			status, body := post(t, tc.url(srv), userBody(big, false))
+			r := srv.Request(1)
+			if want := fmt.Sprintf(tc.want, r.Tokens); status != 400 || body != want {
+				t.Errorf("over the window: %d %s\nwant 400 %s", status, body, want)
+			}
+			if r.Tokens != providertest.PromptTokens(r) || r.Tokens <= 100 || !r.OverWindow {
+				t.Errorf("request 1: tokens %d, over window %v", r.Tokens, r.OverWindow)
+			}
+			// The refused request is numbered and recorded; it used no reply.
+			status, body = post(t, tc.url(srv), userBody("small", false))
+			if status != 200 || !strings.Contains(body, "second") || len(srv.Requests()) != 2 || srv.Request(2).OverWindow {
+				t.Errorf("under the window: %d %s", status, body)
+			}
+			srv.SetContextWindow(0)
+			srv.Push(providertest.TextAnswer("no window"))
+			if status, _ := post(t, tc.url(srv), userBody(big, false)); status != 200 {
+				t.Errorf("without a window: %d", status)
+			}
+		})
+	}
+}
+
+func TestPromptTokens(t *testing.T) {
+	r := &providertest.Request{
+		System:   strings.Repeat("s", 400),
+		Tools:    []chat.ToolSpec{{Name: "t", InputSchema: json.RawMessage(`{}`)}},
+		Messages: []chat.Message{{Role: chat.RoleUser, Content: []chat.Block{chat.Text(strings.Repeat("m", 80))}}},
+	}
+	tools, _ := json.Marshal(r.Tools)
+	want := chat.EstimateTokens(r.Messages) + 100 + int64(len(tools)/4)
+	if got := providertest.PromptTokens(r); got != want {
+		t.Errorf("PromptTokens = %d, want %d", got, want)
+	}
+	srv := providertest.NewAnthropic(t)
+	_, body := post(t, srv.URL+"/v1/messages/count_tokens", userBody("hello there", false))
+	if want := fmt.Sprintf(`{"input_tokens":%d}`, chat.EstimateTokens([]chat.Message{{Role: chat.RoleUser, Content: []chat.Block{chat.Text("hello there")}}})); body != want {
+		t.Errorf("count_tokens = %s, want %s", body, want)
+	}
+}
+
+// usageOf reads the usage of a non-streamed Anthropic answer.
+func usageOf(t *testing.T, body string) chat.Usage {
+	t.Helper()
+	var m struct {
+		Usage struct {
+			Input  int64 `json:"input_tokens"`
+			Output int64 `json:"output_tokens"`
+			Read   int64 `json:"cache_read_input_tokens"`
+			Write  int64 `json:"cache_creation_input_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatal(err, body)
+	}
+	return chat.Usage{InputTokens: m.Usage.Input, OutputTokens: m.Usage.Output, CacheReadTokens: m.Usage.Read, CacheWriteTokens: m.Usage.Write}
+}
+
+func TestPromptCache(t *testing.T) {
+	srv := providertest.NewAnthropic(t)
+	srv.Fallback(func(*providertest.Request) (providertest.Reply, bool) { return providertest.TextAnswer("ok"), true })
+	url := srv.URL + "/v1/messages"
+	const cc = `"cache_control":{"type":"ephemeral"}`
+	sys := `[{"type":"text","text":"` + strings.Repeat("system ", 60) + `",` + cc + `}]`
+	body := func(model, sys, msgs string) string {
+		return `{"model":"` + model + `","max_tokens":10,"system":` + sys + `,"messages":[` + msgs + `]}`
+	}
+	u1 := `{"role":"user","content":[{"type":"text","text":"` + strings.Repeat("question ", 40) + `",` + cc + `}]}`
+	a1 := `{"role":"assistant","content":[{"type":"text","text":"answer"}]}`
+	u2 := `{"role":"user","content":[{"type":"text","text":"more"},{"type":"text","text":"and more",` + cc + `}]}`
+
+	// First request: both marked prefixes are written, nothing is read.
+	_, resp := post(t, url, body("m", sys, u1))
+	r1 := srv.Request(1)
+	if len(r1.CacheMarks) != 2 || r1.CacheMarks[0].Part != "system" || r1.CacheMarks[1].Part != "messages" ||
+		r1.CacheMarks[1].Tokens != r1.Tokens || r1.CacheMarks[0].Tokens != 420/4 {
+		t.Fatalf("marks = %+v (prompt %d tokens)", r1.CacheMarks, r1.Tokens)
+	}
+	if u := usageOf(t, resp); u.CacheWriteTokens != r1.Tokens || u.CacheReadTokens != 0 || u.InputTokens != 0 || u.OutputTokens == 0 {
+		t.Errorf("request 1 usage = %+v, want %d written", u, r1.Tokens)
+	}
+
+	// The same prompt again, its last mark moved off the user message: the
+	// system prefix is read, the rest is uncached input.
+	plain := strings.Replace(u1, ","+cc, "", 1)
+	_, resp = post(t, url, body("m", sys, plain))
+	r2 := srv.Request(2)
+	if u := usageOf(t, resp); u.CacheReadTokens != 105 || u.CacheWriteTokens != 0 || u.InputTokens != r2.Tokens-105 {
+		t.Errorf("request 2 usage = %+v, want 105 read and %d input", u, r2.Tokens-105)
+	}
+
+	// The conversation goes on, marked at its end and where request 1
+	// ended: request 1's whole prompt is read, the new part written.
+	_, resp = post(t, url, body("m", sys, u1+","+a1+","+u2))
+	r3 := srv.Request(3)
+	if m := r3.CacheMarks[len(r3.CacheMarks)-1]; m.Index != 2 || m.Block != 1 || m.Tokens != r3.Tokens {
+		t.Errorf("last mark = %+v", m)
+	}
+	if u := usageOf(t, resp); u.CacheReadTokens != r1.Tokens || u.CacheWriteTokens != r3.Tokens-r1.Tokens || u.InputTokens != 0 {
+		t.Errorf("request 3 usage = %+v, want %d read, %d written", u, r1.Tokens, r3.Tokens-r1.Tokens)
+	}
+
+	// Another model has its own cache.
+	_, resp = post(t, url, body("other", sys, u1))
+	if u := usageOf(t, resp); u.CacheReadTokens != 0 || u.CacheWriteTokens != r1.Tokens {
+		t.Errorf("other model's usage = %+v, want a miss", u)
+	}
+
+	// A reply that scripts its usage reports it; the cache still fills.
+	srv.Push(providertest.Reply{Blocks: []chat.Block{chat.Text("x")}, Usage: chat.Usage{InputTokens: 1, OutputTokens: 2}})
+	u9 := strings.Replace(u1, "question", "other question", 1)
+	_, resp = post(t, url, body("m", sys, u9))
+	if u := usageOf(t, resp); u != (chat.Usage{InputTokens: 1, OutputTokens: 2}) {
+		t.Errorf("scripted usage = %+v", u)
+	}
+	_, resp = post(t, url, body("m", sys, u9))
+	if u, n := usageOf(t, resp), srv.Request(6).Tokens; u.CacheReadTokens != n || u.CacheWriteTokens != 0 {
+		t.Errorf("after a scripted reply, usage = %+v, want %d read", u, n)
+	}
+}
+
+func TestPurposeIs(t *testing.T) {
+	srv := providertest.NewOpenAI(t)
+	srv.On(providertest.PurposeIs("compact"), providertest.TextAnswer("summary"))
+	srv.On(providertest.PurposeIs(""), providertest.TextAnswer("normal"))
+	_, body := post(t, srv.BaseURL()+"/chat/completions", userBody("x", false))
+	_, body2 := post(t, srv.BaseURL()+"/chat/completions", userBody("x", false), "X-Vigil-Purpose", "compact")
+	if !strings.Contains(body, `"normal"`) || !strings.Contains(body2, `"summary"`) || srv.Request(2).Purpose != "compact" {
+		t.Errorf("answers %s / %s", body, body2)
+	}
+}

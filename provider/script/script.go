@@ -34,6 +34,40 @@
 //
 // Which turn answers is computed from the conversation alone, so a call
 // that is issued again after a restart gets the same answer.
+//
+// # Context windows and compaction
+//
+// context_window (tokens), on the scenario or on an agent (the agent's
+// wins), makes the "model" refuse a prompt that is too large, as the
+// Anthropic API does: HTTP 400 "prompt is too long: N tokens > M maximum",
+// which provider.FailureOf classifies as core.FailContext. The prompt is
+// counted as chat.EstimateTokens of the messages plus a token per four
+// bytes of the system prompt; every answer reports that count as its input
+// usage, so a caller can watch the context grow. The provider implements
+// provider.Windowed: ContextWindow reports the scenario's window. An
+// agent's window is enforced but not reported: it plays a model whose
+// window is smaller than the caller was told, to exercise recovery from
+// the refusal.
+//
+//	name: long
+//	context_window: 8000        # the window the caller is told
+//	agents:
+//	  main:
+//	    context_window: 4000    # smaller than the caller thinks
+//	    turns: [...]
+//
+// A request with Purpose provider.PurposeCompact (a compaction: summarise
+// the conversation) uses no turn of the script, whatever the agent: it is
+// answered at once, with end_turn, by a deterministic summary of the
+// request's messages — "Summary of the earlier conversation (N messages): "
+// and the first line of each text block, about 300 tokens at most — and a
+// last line <script-state>{...}</script-state> that records how many turns
+// of each list the summarised conversation used. A later request whose
+// messages (or system prompt) hold that line continues the script from
+// there, so replacing older turns by the summary neither replays nor skips
+// a turn, provided the cut falls at the start of a round (the older part
+// ends with an answered turn). The window applies to compaction requests
+// too.
 package script
 
 import (
@@ -58,9 +92,12 @@ import (
 
 // Scenario is a parsed scenario file.
 type Scenario struct {
-	Name        string            `yaml:"name" json:"name"`
-	Description string            `yaml:"description" json:"description"`
-	Agents      map[string]*Agent `yaml:"agents" json:"agents"`
+	Name        string `yaml:"name" json:"name"`
+	Description string `yaml:"description" json:"description"`
+	// ContextWindow is the context window of every agent's "model" in
+	// tokens; zero means none (no prompt is too long).
+	ContextWindow int               `yaml:"context_window" json:"context_window"`
+	Agents        map[string]*Agent `yaml:"agents" json:"agents"`
 }
 
 // Agent is the script of one agent.
@@ -71,6 +108,9 @@ type Agent struct {
 	// prompt, spawn, message, notification, timer or continuation. When a
 	// kind's list is used up its last turn repeats.
 	On map[string][]Turn `yaml:"on" json:"on"`
+	// ContextWindow, when not zero, replaces the scenario's context window
+	// for this agent.
+	ContextWindow int `yaml:"context_window" json:"context_window"`
 }
 
 // Turn is one scripted model answer.
@@ -154,9 +194,15 @@ func Parse(b []byte) (*Scenario, error) {
 	if len(sc.Agents) == 0 {
 		return nil, fmt.Errorf("no agents: a scenario needs at least agents.main")
 	}
+	if sc.ContextWindow < 0 {
+		return nil, fmt.Errorf("context_window: %d is negative", sc.ContextWindow)
+	}
 	for name, a := range sc.Agents {
 		if a == nil {
 			return nil, fmt.Errorf("agent %s: empty", name)
+		}
+		if a.ContextWindow < 0 {
+			return nil, fmt.Errorf("agent %s: context_window: %d is negative", name, a.ContextWindow)
 		}
 		check := func(where string, ts []Turn) error {
 			for i, t := range ts {
@@ -279,8 +325,42 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+var _ provider.Windowed = (*Provider)(nil)
+
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return "script" }
+
+// ContextWindow implements provider.Windowed: the scenario's
+// context_window, zero when it sets none. model is not consulted: the
+// scripted model is the same whatever its name. An agent's own
+// context_window is enforced but not reported, so a scenario can play a
+// model whose window is smaller than the caller was told.
+func (p *Provider) ContextWindow(model string) int { return p.sc.ContextWindow }
+
+// agent is the script of the agent named name: its own entry, else "*",
+// else nil.
+func (p *Provider) agent(name string) *Agent {
+	if a := p.sc.Agents[name]; a != nil {
+		return a
+	}
+	return p.sc.Agents["*"]
+}
+
+// window is the context window that applies to agent's requests, zero for
+// none.
+func (p *Provider) window(agent string) int {
+	if a := p.agent(agent); a != nil && a.ContextWindow > 0 {
+		return a.ContextWindow
+	}
+	return p.sc.ContextWindow
+}
+
+// promptTokens is the scripted model's count of a request's prompt:
+// chat.EstimateTokens of its messages plus a token per four bytes of the
+// system prompt. Tools are not counted.
+func promptTokens(req *provider.Request) int64 {
+	return chat.EstimateTokens(req.Messages) + int64(len(req.System)/4)
+}
 
 // Stream implements provider.Provider.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
@@ -310,20 +390,29 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 	}
 }
 
-// Answer computes the scripted answer to req and the delay before it.
+// Answer computes the scripted answer to req and the delay before it. A
+// prompt over the agent's context window fails with the Anthropic API's
+// error; a compaction request gets a summary (see the package doc).
 func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration, error) {
-	a := p.sc.Agents[req.AgentName]
-	if a == nil {
-		a = p.sc.Agents["*"]
+	tokens := promptTokens(req)
+	if w := p.window(req.AgentName); w > 0 && tokens > int64(w) {
+		return nil, 0, &provider.Error{
+			Provider: "script", Kind: provider.ErrBadRequest, Status: 400, Attempts: 1,
+			Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, w),
+		}
 	}
+	if req.Purpose == provider.PurposeCompact {
+		return p.compact(req, tokens), 0, nil
+	}
+	a := p.agent(req.AgentName)
 	if a == nil {
 		p.logger.Warn("script has no entry for agent; answering with an end of turn", "agent", req.AgentName)
-		return endTurn(fmt.Sprintf("(script %q has no entry for agent %s)", p.sc.Name, req.AgentName)), 0, nil
+		return endTurn(fmt.Sprintf("(script %q has no entry for agent %s)", p.sc.Name, req.AgentName), tokens), 0, nil
 	}
-	turn, ok := pickTurn(a, req.Messages)
+	turn, ok := pickTurn(a, req.System, req.Messages)
 	if !ok {
 		p.logger.Warn("script has no turn left for agent; answering with an end of turn", "agent", req.AgentName)
-		return endTurn(fmt.Sprintf("(script %q: no turn left for %s)", p.sc.Name, req.AgentName)), 0, nil
+		return endTurn(fmt.Sprintf("(script %q: no turn left for %s)", p.sc.Name, req.AgentName), tokens), 0, nil
 	}
 	if f := turn.Fail; f != nil {
 		if err := p.scriptedFailure(req, f); err != nil {
@@ -335,7 +424,7 @@ func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration,
 	if err != nil {
 		return nil, 0, &provider.Error{Provider: "script", Kind: provider.ErrScript, Message: fmt.Sprintf("agent %s say: %v", req.AgentName, err)}
 	}
-	resp := &chat.Response{StopReason: chat.StopEndTurn, Usage: chat.Usage{InputTokens: int64(approxTokens(req)), OutputTokens: int64(len(text)/4 + 1)}}
+	resp := &chat.Response{StopReason: chat.StopEndTurn, Usage: chat.Usage{InputTokens: tokens}}
 	if text != "" {
 		resp.Content = append(resp.Content, chat.Text(text))
 	}
@@ -358,6 +447,7 @@ func (p *Provider) Answer(req *provider.Request) (*chat.Response, time.Duration,
 			resp.StopReason = chat.StopToolUse
 		}
 	}
+	resp.Usage.OutputTokens = outputTokens(resp.Content)
 	return resp, time.Duration(turn.Delay), nil
 }
 
@@ -379,18 +469,102 @@ func (p *Provider) scriptedFailure(req *provider.Request, f *Fail) error {
 	return &provider.Error{Provider: "script", Kind: k.kind, Message: fmt.Sprintf("%s, %d of %d", k.msg, n, f.Times), Attempts: 1}
 }
 
-func endTurn(text string) *chat.Response {
-	return &chat.Response{Content: []chat.Block{chat.Text(text)}, StopReason: chat.StopEndTurn}
+// endTurn is an answer of text alone to a prompt of tokens.
+func endTurn(text string, tokens int64) *chat.Response {
+	content := []chat.Block{chat.Text(text)}
+	return &chat.Response{Content: content, StopReason: chat.StopEndTurn, Usage: chat.Usage{InputTokens: tokens, OutputTokens: outputTokens(content)}}
 }
 
-func approxTokens(req *provider.Request) int {
-	n := 0
+// outputTokens counts an answer's content as chat.EstimateTokens would in
+// the next prompt.
+func outputTokens(content []chat.Block) int64 {
+	return chat.EstimateTokens([]chat.Message{{Role: chat.RoleAssistant, Content: content}})
+}
+
+// Limits of a compaction summary: the first line of a block gets at most
+// summaryLineBytes, the whole summary at most summaryBytes (about 300
+// tokens) before its state line.
+const (
+	summaryLineBytes = 160
+	summaryBytes     = 1200
+)
+
+// compact answers a compaction request: a summary of the conversation and
+// the script's place in it, computed from the conversation alone.
+func (p *Provider) compact(req *provider.Request, tokens int64) *chat.Response {
+	var lines []string
 	for _, m := range req.Messages {
 		for _, b := range m.Content {
-			n += len(b.Text) + len(b.Content) + len(b.Input)
+			if b.Type != chat.BlockText {
+				continue
+			}
+			line, _, _ := strings.Cut(strings.TrimSpace(b.Text), "\n")
+			if line = provider.Truncate(line, summaryLineBytes); line != "" {
+				lines = append(lines, string(m.Role)+": "+line)
+			}
 		}
 	}
-	return n/4 + 1
+	text := fmt.Sprintf("Summary of the earlier conversation (%d messages): %s", len(req.Messages), strings.Join(lines, " / "))
+	text = provider.Truncate(text, summaryBytes)
+	st := place{Used: map[string]int{}}
+	if a := p.agent(req.AgentName); a != nil {
+		st, _, _ = walk(a, req.System, req.Messages)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		panic(err) // a map of strings to ints always encodes
+	}
+	text += "\n" + stateOpen + string(b) + stateClose
+	return endTurn(text, tokens)
+}
+
+// The line of a compaction summary that records the script's place.
+const (
+	stateOpen  = "<script-state>"
+	stateClose = "</script-state>"
+)
+
+// place is how far a conversation got through an agent's script: the
+// turns it used from each list ("" for turns, else the on kind) and the
+// list of its last answered turn.
+type place struct {
+	Used map[string]int `json:"used"`
+	Last string         `json:"last"`
+}
+
+// placeIn reads the last state line in s.
+func placeIn(s string) (place, bool) {
+	i := strings.LastIndex(s, stateOpen)
+	if i < 0 {
+		return place{}, false
+	}
+	rest := s[i+len(stateOpen):]
+	j := strings.Index(rest, stateClose)
+	if j < 0 {
+		return place{}, false
+	}
+	var st place
+	if json.Unmarshal([]byte(rest[:j]), &st) != nil {
+		return place{}, false
+	}
+	if st.Used == nil {
+		st.Used = map[string]int{}
+	}
+	return st, true
+}
+
+// messagePlace reads a state line from m's text blocks.
+func messagePlace(m chat.Message) (place, bool) {
+	var st place
+	found := false
+	for _, b := range m.Content {
+		if b.Type == chat.BlockText {
+			if s, ok := placeIn(b.Text); ok {
+				st, found = s, true
+			}
+		}
+	}
+	return st, found
 }
 
 // pickTurn replays the conversation to find which turns were used, then
@@ -401,45 +575,63 @@ func approxTokens(req *provider.Request) int {
 // of the turn that called the tools while that list has turns left, and
 // falls back to turns after. Lists are used in order; an on list used up by
 // new inputs repeats its last turn.
-func pickTurn(a *Agent, msgs []chat.Message) (Turn, bool) {
-	used := map[string]int{}
-	last := ""
-	choose := func(kind string) string {
-		if kind == "tool_result" {
-			if last != "" && used[last] < len(a.On[last]) {
-				return last
-			}
-			return ""
-		}
-		return listFor(a, kind)
+func pickTurn(a *Agent, system string, msgs []chat.Message) (Turn, bool) {
+	st, list, pending := walk(a, system, msgs)
+	if !pending {
+		list = st.choose(a, "prompt")
 	}
-	list := ""
-	pending := false
+	if list != "" {
+		turns := a.On[list]
+		return turns[min(st.Used[list], len(turns)-1)], true
+	}
+	if n := st.Used[""]; n < len(a.Turns) {
+		return a.Turns[n], true
+	}
+	return Turn{}, false
+}
+
+// walk replays the conversation for agent a: every assistant message that
+// answers an input uses one more turn of the list the input selected, and
+// a state line left by a compaction summary (in system, or in a message,
+// which is then not an input) restores the place the summarised
+// conversation had reached. It returns the place after the last answered
+// turn and, when the newest input is not answered yet, the list it
+// selects.
+func walk(a *Agent, system string, msgs []chat.Message) (st place, list string, pending bool) {
+	st, _ = placeIn(system)
+	if st.Used == nil {
+		st.Used = map[string]int{}
+	}
 	for _, m := range msgs {
+		if s, ok := messagePlace(m); ok {
+			st, pending = s, false
+			continue
+		}
 		if m.Role == chat.RoleUser {
 			if k := kindOf(m); k != "" {
-				list = choose(k)
+				list = st.choose(a, k)
 				pending = true
 			}
 			continue
 		}
 		if pending {
-			used[list]++
-			last = list
+			st.Used[list]++
+			st.Last = list
 			pending = false
 		}
 	}
-	if !pending {
-		list = choose("prompt")
+	return st, list, pending
+}
+
+// choose names the list that answers an input of kind at this place.
+func (st place) choose(a *Agent, kind string) string {
+	if kind == "tool_result" {
+		if st.Last != "" && st.Used[st.Last] < len(a.On[st.Last]) {
+			return st.Last
+		}
+		return ""
 	}
-	if list != "" {
-		turns := a.On[list]
-		return turns[min(used[list], len(turns)-1)], true
-	}
-	if n := used[""]; n < len(a.Turns) {
-		return a.Turns[n], true
-	}
-	return Turn{}, false
+	return listFor(a, kind)
 }
 
 // kindOf classifies a user message by its newest input.
