@@ -41,6 +41,9 @@ type SessionParams struct {
 	// its notifications wait in its inbox until acknowledged (Ack). Use
 	// Spawn to start its agents.
 	Caller bool
+	// Budget bounds the session; zero fields take the configured
+	// defaults (DESIGN rule 10).
+	Budget core.Budget
 }
 
 // CreateSession creates a session, commits it and starts it.
@@ -117,7 +120,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	s := core.NewState()
 	a := r.newActor(id, s, lease)
 	out := r.core.Step(s, r.clock.Now(), core.CreateSession{
-		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: p.Permissions, Owner: p.Owner},
+		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: p.Permissions, Owner: p.Owner, Budget: p.Budget},
 		Prompt:  p.Prompt,
 		Driver:  driver,
 	})
@@ -171,6 +174,8 @@ func (r *Runtime) Message(ctx context.Context, session, to, text string, p core.
 // SpawnParams describes a background agent started from outside.
 type SpawnParams struct {
 	Name, Description, Prompt, Model, Provider string
+	// Budget bounds the agent's tree, within what the session has left.
+	Budget core.Budget
 }
 
 // Spawn starts a background agent owned by the session's main agent and
@@ -181,7 +186,7 @@ func (r *Runtime) Spawn(ctx context.Context, session string, p SpawnParams) (cor
 			return "", "", &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
 		}
 	}
-	out, err := r.do(ctx, session, core.SpawnAgent{Name: p.Name, Description: p.Description, Prompt: p.Prompt, Model: p.Model, Provider: p.Provider})
+	out, err := r.do(ctx, session, core.SpawnAgent{Name: p.Name, Description: p.Description, Prompt: p.Prompt, Model: p.Model, Provider: p.Provider, Budget: p.Budget})
 	return out.Agent, out.Task, err
 }
 
@@ -224,6 +229,13 @@ func (r *Runtime) StopTask(ctx context.Context, session, task, by string) error 
 // off: it runs now for its inbox, and its items' attempts start again.
 func (r *Runtime) RetryAgent(ctx context.Context, session, agent, by string) error {
 	_, err := r.do(ctx, session, core.RetryAgent{Agent: agent, By: by})
+	return err
+}
+
+// SetBudget replaces the budget of the session (agent empty) or of an
+// agent's tree, and releases the agents a spent budget blocked.
+func (r *Runtime) SetBudget(ctx context.Context, session, agent string, b core.Budget, by string) error {
+	_, err := r.do(ctx, session, core.SetBudget{Agent: agent, Budget: b, By: by})
 	return err
 }
 

@@ -84,7 +84,10 @@ func (a *actor) startCall(ef core.CallModel) {
 	req := &provider.Request{
 		CallID: string(a.id) + "/" + string(ef.Call), Session: string(a.id), Agent: string(ef.Agent),
 		AgentName: ef.AgentName, Model: ef.Model, System: systemPrompt(a.state, ef), Messages: ef.Messages,
-		Tools: tool.Specs(),
+		Tools: tool.Specs(), Purpose: ef.Purpose,
+	}
+	if ef.Purpose == core.PurposeCompact {
+		req.Tools = nil // a summary calls no tools
 	}
 	go func() {
 		if p == nil {

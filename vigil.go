@@ -178,6 +178,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("vigil: data dir: %w", err)
 	}
+	opts.Core.ContextWindow = contextWindows(opts.Core.ContextWindow, opts.Providers, opts.DefaultProvider)
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
@@ -420,4 +421,23 @@ func (r *Runtime) resolveOutput(id core.SessionID, rel string) (string, error) {
 		return "", fmt.Errorf("bad output path %q", rel)
 	}
 	return filepath.Join(r.sessionDir(id), filepath.FromSlash(rel)), nil
+}
+
+// contextWindows answers a model's context window: what its provider
+// declares (provider.Windowed), else what the configuration knows.
+func contextWindows(known func(provider, model string) int, provs map[string]provider.Provider, def string) func(string, string) int {
+	return func(prov, model string) int {
+		if prov == "" {
+			prov = def
+		}
+		if w, ok := provs[prov].(provider.Windowed); ok {
+			if n := w.ContextWindow(model); n > 0 {
+				return n
+			}
+		}
+		if known != nil {
+			return known(prov, model)
+		}
+		return 0
+	}
 }

@@ -211,7 +211,21 @@ func (c *Config) Core() core.Config {
 	if c == nil {
 		return core.Config{}
 	}
-	return core.Config{RetryBase: c.Retry.Base, RetryMaxDelay: c.Retry.MaxDelay, RetryAttempts: c.Retry.Attempts}
+	cat := c.Catalog()
+	return core.Config{
+		RetryBase: c.Retry.Base, RetryMaxDelay: c.Retry.MaxDelay, RetryAttempts: c.Retry.Attempts,
+		Budget: core.Budget{
+			Tokens: c.Budgets.Tokens, Rounds: c.Budgets.Rounds, Wall: c.Budgets.Wall,
+			Cost: usdMicros(c.Budgets.CostUSD),
+		},
+		Price: cat.CostMicros, ContextWindow: func(_, model string) int { return cat.Window(model) }, CompactAt: c.Compact.Threshold,
+	}
+}
+
+// usdMicros converts dollars to micro-USD, keeping the sign (negative means
+// no bound).
+func usdMicros(usd float64) int64 {
+	return int64(math.Round(usd * 1e6))
 }
 
 // Env reads environment variables; os.Getenv in production.
@@ -604,12 +618,14 @@ func (c *Config) Build(name string, logger *slog.Logger) (provider.Provider, err
 		if p.apiKey == "" {
 			return nil, fmt.Errorf("provider %s: no API key: set %s", name, firstNonEmpty(p.APIKeyEnv, "ANTHROPIC_API_KEY"))
 		}
-		return anthropic.New(anthropic.Options{Name: name, APIKey: p.apiKey, BaseURL: p.BaseURL, Model: p.Model, MaxTokens: p.MaxTokens, Logger: logger}), nil
+		return anthropic.New(anthropic.Options{Name: name, APIKey: p.apiKey, BaseURL: p.BaseURL, Model: p.Model, MaxTokens: p.MaxTokens, Logger: logger,
+			Retry: provider.RetryPolicy{StallTimeout: c.StallTimeout}}), nil
 	case "openai":
 		if p.apiKey == "" && p.BaseURL == "" {
 			return nil, fmt.Errorf("provider %s: set OPENAI_API_KEY, or a base_url for a local server", name)
 		}
-		return openai.New(openai.Options{Name: name, APIKey: p.apiKey, BaseURL: p.BaseURL, Model: p.Model, MaxTokens: p.MaxTokens, Logger: logger}), nil
+		return openai.New(openai.Options{Name: name, APIKey: p.apiKey, BaseURL: p.BaseURL, Model: p.Model, MaxTokens: p.MaxTokens, Logger: logger,
+			Retry: provider.RetryPolicy{StallTimeout: c.StallTimeout}}), nil
 	}
 	return nil, fmt.Errorf("provider %s: kind %s is not an HTTP provider", name, p.Kind)
 }

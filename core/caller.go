@@ -24,6 +24,9 @@ type SpawnAgent struct {
 	Prompt      string
 	Model       string
 	Provider    string
+	// Budget bounds the new agent's tree, within what the session has
+	// left; zero sets no bound of its own.
+	Budget Budget
 }
 
 // CallerAck delivers the caller's inbox items it has read: they leave the
@@ -70,12 +73,20 @@ func (st *stepper) spawnAgent(in SpawnAgent) {
 	if prov == "" {
 		prov = main.Provider
 	}
+	b := in.Budget
+	if b.Tokens < 0 || b.Rounds < 0 || b.Wall < 0 || b.Cost < 0 {
+		st.fail(CodeInvalid, "a budget's bounds are positive, or zero for none")
+		return
+	}
+	if !b.IsZero() {
+		b = st.childBudget(main, b)
+	}
 	st.emit(&AgentCreated{Agent: Agent{
 		ID: id, Name: name, Description: desc, Owner: main.ID, Task: taskID, Depth: main.Depth + 1,
-		Model: model, Provider: prov, Driver: DriverLoop,
+		Model: model, Provider: prov, Driver: DriverLoop, Budget: b,
 	}})
 	st.emit(&TaskStarted{Task: Task{
-		ID: taskID, Kind: TaskAgent, Owner: main.ID, Agent: id, Description: desc, Background: true,
+		ID: taskID, Kind: TaskAgent, Owner: main.ID, Agent: id, Description: desc, Prompt: in.Prompt, Background: true,
 		Status: TaskIdle, Incarnation: st.s.Incarnation,
 	}})
 	st.enqueue(st.s.Agents[id], Item{Kind: KindSpawn, Priority: PriorityNext, From: string(main.ID), Text: in.Prompt})

@@ -36,6 +36,13 @@ const (
 	// BugConsumedByFailedRun (issue 18): an item counts as delivered when a
 	// run takes it, so a run that fails before its model sees it loses it.
 	BugConsumedByFailedRun Bug = "consumed-by-failed-run"
+	// BugBudgetIgnored (issue 10): budgets are recorded but never checked,
+	// so a loop runs on past them.
+	BugBudgetIgnored Bug = "budget-ignored"
+	// BugLedgerForgets (issue 10): the task ledger given to the model
+	// after a compaction leaves out the newest live task, so the model
+	// may forget it or start it again.
+	BugLedgerForgets Bug = "ledger-forgets"
 	// BugSenderWaits (issue 10): a SendMessage to an agent whose model
 	// round is in flight keeps the sender's tool call open until that
 	// round answers, so one agent waits on another's model.
@@ -43,7 +50,7 @@ const (
 )
 
 // Bugs lists the injectable bugs.
-var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever, BugConsumedByFailedRun, BugSenderWaits}
+var Bugs = []Bug{BugNotifiedFlag, BugOneshotDrain, BugHeldContinuation, BugProviderForever, BugConsumedByFailedRun, BugSenderWaits, BugBudgetIgnored, BugLedgerForgets}
 
 // Config sets the core's limits. Zero values mean defaults.
 type Config struct {
@@ -73,8 +80,27 @@ type Config struct {
 	RetryBase     time.Duration
 	RetryMaxDelay time.Duration
 	RetryAttempts int
+	// Budget is the budget of a new session that sets none of its own: a
+	// zero field means DefaultBudget's, a negative one no bound.
+	Budget Budget
+	// Price prices a model round; nil prices nothing (tokens only).
+	Price Pricer
+	// ContextWindow returns the context window of a provider's model in
+	// tokens, 0 when unknown (then only a provider's refusal compacts).
+	ContextWindow func(provider, model string) int
+	// CompactAt is the fraction of the window at which an agent's context
+	// is compacted before its next round (default 0.8).
+	CompactAt float64
 	// Inject puts back a seed bug. Only the simulator sets it.
 	Inject Bug
+}
+
+// DefaultBudget is a session's budget when the configuration sets none:
+// enough for hours of real work, small enough that a loop ends by itself
+// (DESIGN rule 10): 50M tokens, 5,000 model rounds, 24 hours of run time,
+// $100.
+func DefaultBudget() Budget {
+	return Budget{Tokens: 50_000_000, Rounds: 5_000, Wall: 24 * time.Hour, Cost: 100_000_000}
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +130,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAttempts == 0 {
 		c.RetryAttempts = 5
+	}
+	c.Budget = c.Budget.withDefaults(DefaultBudget())
+	if c.CompactAt <= 0 || c.CompactAt >= 1 {
+		c.CompactAt = 0.8
 	}
 	return c
 }
@@ -184,6 +214,8 @@ type stepper struct {
 	// ending are agents whose run is being ended in this step; no new
 	// round starts for them.
 	ending map[AgentID]bool
+	// stopped is set when a budget ended a run (see schedule).
+	stopped bool
 }
 
 // Step applies one input to the state. See the package documentation.
@@ -291,6 +323,8 @@ func (st *stepper) handle(in Input) {
 		st.providerWake(in)
 	case RetryAgent:
 		st.retryAgent(in)
+	case SetBudget:
+		st.setBudget(in)
 	case Recover:
 		st.recover(in)
 	case FinalizeRun:
@@ -338,6 +372,11 @@ func (st *stepper) createSession(in CreateSession) {
 	if sess.Permissions.Mode == "" {
 		sess.Permissions.Mode = PermAsk
 	}
+	if b := sess.Budget; b.Tokens < 0 || b.Rounds < 0 || b.Wall < 0 || b.Cost < 0 {
+		st.fail(CodeInvalid, "a budget's bounds are positive, or zero for the default")
+		return
+	}
+	sess.Budget = sess.Budget.withDefaults(st.cfg.Budget)
 	sess.Created = st.now
 	name := in.MainName
 	if name == "" {
@@ -458,10 +497,16 @@ func (st *stepper) schedule() {
 			}
 		}
 	} else {
-		for _, id := range st.s.Order {
-			if a := st.s.Agents[id]; a.State == AgentIdle {
-				st.tryStart(a)
+		// A run that a budget ends as it starts notifies its owner, which
+		// may come earlier in the order: pass again until no run ended so.
+		for again := true; again; {
+			st.stopped = false
+			for _, id := range st.s.Order {
+				if a := st.s.Agents[id]; a.State == AgentIdle {
+					st.tryStart(a)
+				}
 			}
+			again = st.stopped
 		}
 	}
 	st.grantSlots()
@@ -503,6 +548,10 @@ func (st *stepper) startRun(a *Agent, items []*Item) {
 		st.seen(a) // today's bug: taken counts as delivered
 	}
 	if st.external(a) {
+		if why := st.overBudget(a); why != "" {
+			st.budgetStop(a, why)
+			return
+		}
 		st.deliver(a, items)
 		return
 	}
@@ -543,8 +592,19 @@ func (st *stepper) inFlight() int {
 	return n
 }
 
-// beginRound starts the next model call of a's run.
+// beginRound starts the next model call of a's run, unless a budget it
+// is under is spent (DESIGN rule 10).
 func (st *stepper) beginRound(a *Agent) {
+	if why := st.overBudget(a); why != "" {
+		st.budgetStop(a, why)
+		return
+	}
+	if st.needsCompaction(a) {
+		w := st.window(a)
+		if st.beginCompaction(a, fmt.Sprintf("context at %d of %d tokens", st.s.contextTokens(a), w)) {
+			return
+		}
+	}
 	r := a.Run
 	state := CallInFlight
 	if st.cfg.MaxConcurrentCalls > 0 && st.inFlight() >= st.cfg.MaxConcurrentCalls {
@@ -557,20 +617,30 @@ func (st *stepper) beginRound(a *Agent) {
 	}
 }
 
-func (st *stepper) callModel(a *Agent) CallModel {
-	r := a.Run
-	model := a.Model
-	if model == "" {
-		model = st.s.Session.Model
-	}
-	prov := a.Provider
+// modelOf returns the provider and model a's rounds use: its own, else
+// the session's.
+func (st *stepper) modelOf(a *Agent) (prov, model string) {
+	prov, model = a.Provider, a.Model
 	if prov == "" {
 		prov = st.s.Session.Provider
 	}
+	if model == "" {
+		model = st.s.Session.Model
+	}
+	return prov, model
+}
+
+func (st *stepper) callModel(a *Agent) CallModel {
+	r := a.Run
+	prov, model := st.modelOf(a)
+	msgs := sentMessages(a)
+	if r.Call.Purpose == PurposeCompact {
+		msgs = compactMessages(a, r.Call.Cut)
+	}
 	return CallModel{
 		Call: r.Call.ID, Agent: a.ID, AgentName: a.Name, IsMain: a.ID == MainAgent, Depth: a.Depth,
-		Run: r.Seq, Round: r.Call.Round, Provider: prov, Model: model,
-		Messages: a.Transcript[:len(a.Transcript):len(a.Transcript)],
+		Run: r.Seq, Round: r.Call.Round, Provider: prov, Model: model, Purpose: r.Call.Purpose,
+		Messages: msgs,
 	}
 }
 
@@ -626,6 +696,15 @@ func (st *stepper) nextRound(a *Agent) {
 	for _, tc := range r.Tools {
 		content = append(content, chat.ToolResult(tc.UseID, tc.Result, tc.IsError))
 	}
+	if why := st.overBudget(a); why != "" {
+		// No round follows: nothing joins, and the results close the
+		// round's tool calls.
+		if len(content) > 0 {
+			st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
+		}
+		st.budgetStop(a, why)
+		return
+	}
 	if items := st.joinable(a); len(items) > 0 {
 		ids, notes := itemIDs(items)
 		content = append(content, st.renderItems(items)...)
@@ -659,9 +738,18 @@ func (st *stepper) modelResponded(in ModelResponded) {
 		return
 	}
 	resp := in.Response
+	if c := a.Run.Call; c.Purpose == PurposeCompact {
+		// A summary: the round it made room for starts now.
+		cost, priced := st.roundCost(a, resp.Usage)
+		st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "completed", StopReason: resp.StopReason, Usage: resp.Usage, Cost: cost, Unpriced: !priced})
+		st.compacted(a, c, resp)
+		st.beginRound(a)
+		return
+	}
 	// The provider answered: the model saw what this round carried.
 	st.seen(a)
-	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "completed", StopReason: resp.StopReason, Usage: resp.Usage})
+	cost, priced := st.roundCost(a, resp.Usage)
+	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "completed", StopReason: resp.StopReason, Usage: resp.Usage, Cost: cost, Unpriced: !priced})
 	var content []chat.Block
 	for _, b := range resp.Content {
 		if b.Type == chat.BlockText && b.Text == "" {
@@ -702,7 +790,19 @@ func (st *stepper) modelFailed(in ModelFailed) {
 		st.drop("model failure "+string(in.Call), "stale-model-response", in.Error)
 		return
 	}
+	call := a.Run.Call
 	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "failed", Error: in.Error})
+	if in.Kind == FailContext && call.Purpose == "" && !st.ending[a.ID] {
+		// The prompt is over the model's window: compact, then retry the
+		// round, rather than fail the run; a spent budget stops it first.
+		if why := st.overBudget(a); why != "" {
+			st.budgetStop(a, why)
+			return
+		}
+		if st.beginCompaction(a, "the provider refused the prompt: "+in.Error) {
+			return
+		}
+	}
 	st.endRunFailed(a, RunFailed, "", in.Error, in.Kind)
 }
 
@@ -850,7 +950,8 @@ func (st *stepper) writeRunNote(a *Agent, sum RunSummary) {
 	n := Note{
 		Key: key, Owner: a.Owner, Agent: a.ID, AgentName: a.Name, Kind: TaskAgent,
 		Status: string(sum.Status), Reply: sum.Reply, Error: sum.Error, Answered: sum.Answered,
-		LiveTasks: st.s.LiveTasks(a.ID), Usage: sum.Usage, Duration: sum.Ended.Sub(sum.Started),
+		LiveTasks: st.s.LiveTasks(a.ID), Usage: sum.Usage, Cost: sum.Cost, Priced: sum.Unpriced == 0 && st.cfg.Price != nil,
+		Duration: sum.Ended.Sub(sum.Started),
 		Delivery: DeliverInbox,
 	}
 	st.deliverNote(n)

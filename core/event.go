@@ -117,6 +117,8 @@ func init() {
 		func() Body { return &NotificationDropped{} },
 		func() Body { return &MessageSent{} },
 		func() Body { return &MessageResolved{} },
+		func() Body { return &ContextCompacted{} },
+		func() Body { return &BudgetSet{} },
 		func() Body { return &TimerSet{} },
 		func() Body { return &TimerFired{} },
 		func() Body { return &TimerCancelled{} },
@@ -421,6 +423,10 @@ type ModelCallStarted struct {
 	Call  CallID    `json:"call"`
 	Round int       `json:"round"`
 	State CallState `json:"state"`
+	// Purpose, Cut and Reason describe a compaction call.
+	Purpose string `json:"purpose,omitempty"`
+	Cut     int    `json:"cut,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Type implements Body: the name of the event.
@@ -431,7 +437,7 @@ func (e *ModelCallStarted) apply(s *State, at time.Time) {
 	r.Round = e.Round
 	r.Tools = nil
 	r.Calls++
-	r.Call = &Call{ID: e.Call, Round: e.Round, State: e.State, Started: at}
+	r.Call = &Call{ID: e.Call, Round: e.Round, State: e.State, Started: at, Purpose: e.Purpose, Cut: e.Cut, Reason: e.Reason}
 	s.Counters.Call++
 }
 
@@ -475,7 +481,11 @@ type ModelCallEnded struct {
 	Outcome    string          `json:"outcome"` // completed, failed, cancelled
 	StopReason chat.StopReason `json:"stop_reason,omitempty"`
 	Usage      chat.Usage      `json:"usage"`
-	Error      string          `json:"error,omitempty"`
+	// Cost is the round's cost in micro-USD; Unpriced is set when its
+	// model has no known price.
+	Cost     int64  `json:"cost_micros,omitempty"`
+	Unpriced bool   `json:"unpriced,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Type implements Body: the name of the event.
@@ -483,10 +493,30 @@ func (*ModelCallEnded) Type() string { return "model.ended" }
 func (e *ModelCallEnded) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
 	r := a.Run
+	if c := r.Call; c != nil && c.Purpose == "" && e.Outcome == "completed" && e.Usage != (chat.Usage{}) {
+		// The provider counted the prompt of this round and its answer,
+		// which is about to follow in the transcript.
+		u := e.Usage
+		a.Context = ContextSize{Reported: u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens + u.OutputTokens, At: len(a.Transcript) + 1}
+	}
 	r.Call = nil
 	r.Usage = r.Usage.Add(e.Usage)
 	a.Usage = a.Usage.Add(e.Usage)
 	a.LastActive = at
+	if e.Outcome != "completed" {
+		return
+	}
+	r.Cost += e.Cost
+	if e.Unpriced {
+		r.Unpriced++
+	}
+	a.Spent.addRound(e.Usage, e.Cost, e.Unpriced)
+	for x := a; x != nil; x = s.Agents[x.Owner] {
+		x.Tree.addRound(e.Usage, e.Cost, e.Unpriced)
+		if x.Owner == "" {
+			break
+		}
+	}
 }
 
 // ToolCallStarted records a tool call of the current round.
@@ -571,8 +601,16 @@ func (e *RunEnded) apply(s *State, at time.Time) {
 	a.Runs = append(a.Runs, RunSummary{
 		Seq: r.Seq, Kind: r.Kind, Status: e.Status, Started: r.Started, Ended: at,
 		Reply: e.Reply, Error: e.Error, Items: r.Items, Answered: r.Answered, Returned: r.Returned,
-		Usage: r.Usage, Calls: r.Calls,
+		Usage: r.Usage, Calls: r.Calls, Cost: r.Cost, Unpriced: r.Unpriced,
 	})
+	d := at.Sub(r.Started)
+	a.Spent.Wall += d
+	for x := a; x != nil; x = s.Agents[x.Owner] {
+		x.Tree.Wall += d
+		if x.Owner == "" {
+			break
+		}
+	}
 	a.Run = nil
 	a.State = AgentIdle
 	a.LastActive = at

@@ -549,7 +549,8 @@ func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 	}
 	if in.Usage != (chat.Usage{}) {
-		st.emit(&ModelCallEnded{Agent: a.ID, Call: "", Outcome: "completed", Usage: in.Usage})
+		cost, priced := st.roundCost(a, in.Usage)
+		st.emit(&ModelCallEnded{Agent: a.ID, Call: "", Outcome: "completed", Usage: in.Usage, Cost: cost, Unpriced: !priced})
 	}
 	switch {
 	case !a.Run.Cancelling.IsZero():
@@ -687,7 +688,8 @@ func (st *stepper) endMirrorRun(m *Agent, status TaskStatus, summary string, usa
 		rs = RunInterrupted
 	}
 	if usage != (chat.Usage{}) {
-		st.emit(&ModelCallEnded{Agent: m.ID, Outcome: "completed", Usage: usage})
+		cost, priced := st.roundCost(m, usage)
+		st.emit(&ModelCallEnded{Agent: m.ID, Outcome: "completed", Usage: usage, Cost: cost, Unpriced: !priced})
 	}
 	st.emit(&RunEnded{Agent: m.ID, Seq: m.Run.Seq, Status: rs, Reply: summary})
 	sum := m.Runs[len(m.Runs)-1]

@@ -210,7 +210,11 @@ type CallModel struct {
 	Round     int
 	Provider  string
 	Model     string
-	// Messages is the transcript to send. It is shared with the state and
+	// Purpose is PurposeCompact for a call that asks for a summary of the
+	// agent's older turns (sent without tools); empty for a round.
+	Purpose string
+	// Messages is what to send: the transcript, or after a compaction its
+	// header and the turns kept. It may share memory with the state and
 	// must not be modified.
 	Messages []chat.Message
 }

@@ -286,7 +286,7 @@ func (st *stepper) giveBack(a *Agent, status RunStatus) int {
 	if len(r.Unseen) == 0 {
 		return 0
 	}
-	back := status == RunFailed || status == RunInterrupted || st.external(a)
+	back := status == RunFailed || status == RunInterrupted || status == RunBudgetExceeded || st.external(a)
 	ev := &ItemsReturned{Agent: a.ID, Seq: r.Seq, Cut: r.UnseenAt}
 	unseen, seq := slices.Clone(r.Unseen), r.Seq
 	var dropped []Item
@@ -352,6 +352,8 @@ func blockWords(k FailureKind) string {
 		return "the conversation is over the model's context window"
 	case FailAuth:
 		return "the provider refused the API key"
+	case FailBudget:
+		return "a budget is spent; raise it with vigil budget or POST .../budget"
 	}
 	return "the provider refused the request"
 }

@@ -119,10 +119,11 @@ func TestRetriesThenBlocks(t *testing.T) {
 	}
 }
 
-// A context or auth failure will repeat: the agent is blocked at once, and
-// a new prompt releases it.
+// An auth or invalid-request failure will repeat: the agent is blocked at
+// once, and a new prompt releases it. (A context failure compacts first:
+// TestContextRefusalCompactsAndRetries.)
 func TestPermanentFailureBlocksAtOnce(t *testing.T) {
-	for _, kind := range []FailureKind{FailContext, FailAuth, FailInvalid} {
+	for _, kind := range []FailureKind{FailAuth, FailInvalid} {
 		t.Run(string(kind), func(t *testing.T) {
 			h := newHarness(t, Config{})
 			key := backgroundNote(h)

@@ -67,7 +67,11 @@ func agentStatus(s *State, a *Agent) InboxStatus {
 		return st
 	case a.Blocked != nil:
 		b := a.Blocked
-		st.Reason = fmt.Sprintf("blocked: %s; run %d failed: %s", unseenLine(a), b.Run, b.Reason) + holdNote
+		st.Reason = fmt.Sprintf("blocked: %s; run %d ended: %s", unseenLine(a), b.Run, b.Reason) + holdNote
+		if b.Kind == FailBudget {
+			st.ClearsOn = "a raised budget (vigil budget SESSION ..., or POST /api/sessions/{id}/budget)"
+			return st
+		}
 		st.ClearsOn = "a message from the user, or a retry (vigil retry SESSION " + a.Name + ")"
 		if a.ID == MainAgent {
 			st.ClearsOn = "a new prompt or message from the user, or a retry (vigil retry SESSION " + a.Name + ")"

@@ -64,20 +64,35 @@ func decode(input json.RawMessage, v any) error {
 
 func (st *stepper) toolAgent(a *Agent, tc ToolCall) {
 	var in struct {
-		Description     string `json:"description"`
-		Prompt          string `json:"prompt"`
-		Name            string `json:"name"`
-		Model           string `json:"model"`
-		SubagentType    string `json:"subagent_type"`
-		RunInBackground bool   `json:"run_in_background"`
+		Description     string  `json:"description"`
+		Prompt          string  `json:"prompt"`
+		Name            string  `json:"name"`
+		Model           string  `json:"model"`
+		SubagentType    string  `json:"subagent_type"`
+		RunInBackground bool    `json:"run_in_background"`
+		BudgetTokens    int64   `json:"budget_tokens"`
+		BudgetRounds    int     `json:"budget_rounds"`
+		BudgetSeconds   int64   `json:"budget_seconds"`
+		BudgetUSD       float64 `json:"budget_usd"`
 	}
 	if err := decode(tc.Input, &in); err != nil {
 		st.rejectTool(a, tc, "%v", err)
 		return
 	}
+	if in.BudgetTokens < 0 || in.BudgetRounds < 0 || in.BudgetSeconds < 0 || in.BudgetUSD < 0 {
+		st.rejectTool(a, tc, "a budget's bounds are positive, or absent for none")
+		return
+	}
+	budget := Budget{Tokens: in.BudgetTokens, Rounds: in.BudgetRounds, Wall: time.Duration(in.BudgetSeconds) * time.Second, Cost: int64(in.BudgetUSD * 1e6)}
 	switch {
 	case strings.TrimSpace(in.Prompt) == "":
 		st.rejectTool(a, tc, "prompt is required")
+		return
+	case st.duplicateTask(a, TaskAgent, in.Prompt) != nil:
+		t := st.duplicateTask(a, TaskAgent, in.Prompt)
+		ag := st.s.Agents[t.Agent]
+		st.rejectTool(a, tc, "agent %s (%s) already has this prompt as task %s; each of its runs ends in a <task-notification>. Message it with SendMessage (to: %q) or read its state with TaskOutput (task_id %q) instead of starting it again.", ag.Name, ag.ID, t.ID, ag.Name, t.ID)
+		st.drop("Agent "+tc.UseID+" of "+a.Name, "duplicate-dispatch", "task "+string(t.ID)+" runs the same prompt")
 		return
 	case a.Depth+1 > st.cfg.MaxDepth:
 		st.rejectTool(a, tc, "subagents may nest %d deep; %s is at depth %d", st.cfg.MaxDepth, a.Name, a.Depth)
@@ -106,21 +121,29 @@ func (st *stepper) toolAgent(a *Agent, tc ToolCall) {
 	if model == "" {
 		model = st.s.Session.SubagentModel
 	}
+	// A child's budget never exceeds what its owner's tree has left.
+	if !budget.IsZero() {
+		budget = st.childBudget(a, budget)
+	}
 	st.emit(&AgentCreated{Agent: Agent{
 		ID: id, Name: name, Description: desc, Owner: a.ID, Task: taskID, Depth: a.Depth + 1,
-		Model: model, Provider: a.Provider, Driver: DriverLoop,
+		Model: model, Provider: a.Provider, Driver: DriverLoop, Budget: budget,
 	}})
 	st.emit(&TaskStarted{Task: Task{
-		ID: taskID, Kind: TaskAgent, Owner: a.ID, Agent: id, Description: desc,
+		ID: taskID, Kind: TaskAgent, Owner: a.ID, Agent: id, Description: desc, Prompt: in.Prompt,
 		Background: in.RunInBackground, Status: TaskIdle, Incarnation: st.s.Incarnation,
 	}})
 	tc.Child = id
 	if in.RunInBackground {
 		st.startTool(a, tc)
-		st.finishTool(a, tc.UseID, jsonText(map[string]any{
+		res := map[string]any{
 			"status": "started", "agent_id": id, "name": name, "task_id": taskID,
 			"detail": fmt.Sprintf("Agent %s (%s) runs in the background as task %s. Each time one of its runs ends you get a <task-notification> with its reply; message it with SendMessage to: %q.", name, id, taskID, name),
-		}), false)
+		}
+		if !budget.IsZero() {
+			res["budget"] = budget.describe()
+		}
+		st.finishTool(a, tc.UseID, jsonText(res), false)
 	} else {
 		tc.Wait = WaitChild
 		st.startTool(a, tc)
@@ -469,6 +492,11 @@ func (st *stepper) runTool(a *Agent, tc *ToolCall) {
 			return
 		}
 		if in.RunInBackground {
+			if t := st.duplicateTask(a, TaskShell, in.Command); t != nil {
+				st.finishTool(a, tc.UseID, fmt.Sprintf("Error: this command already runs in the background as task %s (started %s); its <task-notification> will come. Read its output so far with TaskOutput (task_id %q) instead of starting it again.", t.ID, t.Started.UTC().Format(time.TimeOnly), t.ID), true)
+				st.drop("Bash "+tc.UseID+" of "+a.Name, "duplicate-dispatch", "task "+string(t.ID)+" runs the same command")
+				return
+			}
 			st.startShell(a, tc, in.Command, in.Description, time.Duration(in.Timeout)*time.Millisecond)
 			return
 		}
@@ -489,8 +517,8 @@ func (st *stepper) startShell(a *Agent, tc *ToolCall, command, desc string, time
 	}})
 	st.effect(StartShell{Task: id, Command: command, Cwd: st.s.Session.Cwd, Timeout: timeout, OutputPath: out})
 	st.finishTool(a, tc.UseID, jsonText(map[string]any{
-		"status": "started", "task_id": id, "output_file": out,
-		"detail": fmt.Sprintf("Command running in background as task %s. You will get a <task-notification> when it exits; read its output with TaskOutput.", id),
+		"status": "started", "task_id": id, "output": fmt.Sprintf("TaskOutput {\"task_id\": %q}", id),
+		"detail": fmt.Sprintf("Command running in background as task %s. You will get a <task-notification> when it exits; read its output with TaskOutput (task_id %q).", id, id),
 	}), false)
 }
 

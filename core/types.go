@@ -182,9 +182,11 @@ type Session struct {
 	SubagentModel string      `json:"subagent_model,omitempty"`
 	Permissions   Permissions `json:"permissions"`
 	Owner         string      `json:"owner,omitempty"` // an MCP caller's owner key, if any
-	Created       time.Time   `json:"created"`
-	Closed        bool        `json:"closed,omitempty"`
-	CloseReason   string      `json:"close_reason,omitempty"`
+	// Budget bounds the whole session (DESIGN rule 10).
+	Budget      Budget    `json:"budget,omitzero"`
+	Created     time.Time `json:"created"`
+	Closed      bool      `json:"closed,omitempty"`
+	CloseReason string    `json:"close_reason,omitempty"`
 }
 
 // Hold is a user's hold on the session's queue of user prompts.
@@ -224,6 +226,15 @@ type Agent struct {
 	// round delivers them.
 	Carried []Item     `json:"carried,omitempty"`
 	Usage   chat.Usage `json:"usage"`
+	// Context is what the agent's context took at its last model round;
+	// Compacted is its latest compaction (what is sent starts there).
+	Context   ContextSize `json:"context,omitzero"`
+	Compacted *Compaction `json:"compacted,omitempty"`
+	// Budget bounds the agent's tree (it and its subagents, transitively);
+	// Spent is what the agent used itself, Tree what its tree used.
+	Budget Budget `json:"budget,omitzero"`
+	Spent  Spend  `json:"spent"`
+	Tree   Spend  `json:"tree"`
 	// ExternalSession, PID and StartTicks identify the provider process of
 	// an agent with DriverExternal and the provider's session to resume.
 	ExternalSession string `json:"external_session,omitempty"`
@@ -285,7 +296,11 @@ type Run struct {
 	Finalizing bool       `json:"finalizing,omitempty"`
 	Usage      chat.Usage `json:"usage"`
 	Calls      int        `json:"calls"`
-	LastText   string     `json:"last_text,omitempty"`
+	// Cost is in micro-USD over the rounds whose model has a price;
+	// Unpriced counts the rounds whose model has none.
+	Cost     int64  `json:"cost_micros,omitempty"`
+	Unpriced int    `json:"unpriced_rounds,omitempty"`
+	LastText string `json:"last_text,omitempty"`
 }
 
 // CallState is where a model call is.
@@ -307,6 +322,11 @@ type Call struct {
 	Attempt     int       `json:"attempt,omitempty"`
 	RetryUntil  time.Time `json:"retry_until,omitzero"`
 	RetryReason string    `json:"retry_reason,omitempty"`
+	// Purpose is PurposeCompact for a call that summarises the agent's
+	// older turns up to Cut, for Reason; empty for a round of the run.
+	Purpose string `json:"purpose,omitempty"`
+	Cut     int    `json:"cut,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // WaitKind says what a tool call waits for.
@@ -354,6 +374,8 @@ type RunSummary struct {
 	Returned []ItemID   `json:"returned,omitempty"`
 	Usage    chat.Usage `json:"usage"`
 	Calls    int        `json:"calls"`
+	Cost     int64      `json:"cost_micros,omitempty"`
+	Unpriced int        `json:"unpriced_rounds,omitempty"`
 }
 
 // Item is an inbox item.
@@ -380,20 +402,23 @@ func (it *Item) Holdable() bool { return it.Kind == KindPrompt }
 
 // Task is background work owned by an agent.
 type Task struct {
-	ID          TaskID        `json:"id"`
-	Kind        TaskKind      `json:"kind"`
-	Owner       AgentID       `json:"owner"`
-	Agent       AgentID       `json:"agent,omitempty"` // the subagent of an agent task
-	Description string        `json:"description,omitempty"`
-	Command     string        `json:"command,omitempty"`
-	Background  bool          `json:"background"`
-	Status      TaskStatus    `json:"status"`
-	Started     time.Time     `json:"started"`
-	Ended       time.Time     `json:"ended,omitzero"`
-	OutputPath  string        `json:"output_path,omitempty"`
-	Timeout     time.Duration `json:"timeout,omitempty"`
-	ExitCode    *int          `json:"exit_code,omitempty"`
-	OutputTail  string        `json:"output_tail,omitempty"`
+	ID          TaskID   `json:"id"`
+	Kind        TaskKind `json:"kind"`
+	Owner       AgentID  `json:"owner"`
+	Agent       AgentID  `json:"agent,omitempty"` // the subagent of an agent task
+	Description string   `json:"description,omitempty"`
+	// Prompt is what the owner asked an agent task; Command is a shell
+	// task's command.
+	Prompt     string        `json:"prompt,omitempty"`
+	Command    string        `json:"command,omitempty"`
+	Background bool          `json:"background"`
+	Status     TaskStatus    `json:"status"`
+	Started    time.Time     `json:"started"`
+	Ended      time.Time     `json:"ended,omitzero"`
+	OutputPath string        `json:"output_path,omitempty"`
+	Timeout    time.Duration `json:"timeout,omitempty"`
+	ExitCode   *int          `json:"exit_code,omitempty"`
+	OutputTail string        `json:"output_tail,omitempty"`
 	// External is the provider's own id for a task it mirrors (Claude Code).
 	External string `json:"external,omitempty"`
 	// PID and StartTicks identify a shell task's process (its process
@@ -454,24 +479,28 @@ const (
 
 // Note is a notification.
 type Note struct {
-	Key        NoteKey       `json:"key"`
-	Owner      AgentID       `json:"owner"`
-	Agent      AgentID       `json:"agent,omitempty"`
-	AgentName  string        `json:"agent_name,omitempty"`
-	Kind       TaskKind      `json:"kind"`
-	Status     string        `json:"status"`
-	Reply      string        `json:"reply,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	ExitCode   *int          `json:"exit_code,omitempty"`
-	Output     string        `json:"output,omitempty"`
-	OutputPath string        `json:"output_path,omitempty"`
-	Answered   []MsgID       `json:"answered,omitempty"`
-	LiveTasks  []TaskID      `json:"live_tasks,omitempty"`
-	Usage      chat.Usage    `json:"usage"`
-	Duration   time.Duration `json:"duration"`
-	Written    time.Time     `json:"written"`
-	Delivery   Delivery      `json:"delivery"`
-	Item       ItemID        `json:"item,omitempty"`
+	Key        NoteKey    `json:"key"`
+	Owner      AgentID    `json:"owner"`
+	Agent      AgentID    `json:"agent,omitempty"`
+	AgentName  string     `json:"agent_name,omitempty"`
+	Kind       TaskKind   `json:"kind"`
+	Status     string     `json:"status"`
+	Reply      string     `json:"reply,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Output     string     `json:"output,omitempty"`
+	OutputPath string     `json:"output_path,omitempty"`
+	Answered   []MsgID    `json:"answered,omitempty"`
+	LiveTasks  []TaskID   `json:"live_tasks,omitempty"`
+	Usage      chat.Usage `json:"usage"`
+	// Cost is the run's cost in micro-USD; Priced is false when a round of
+	// it had no known price (then Cost covers only the priced rounds).
+	Cost     int64         `json:"cost_micros,omitempty"`
+	Priced   bool          `json:"priced,omitempty"`
+	Duration time.Duration `json:"duration"`
+	Written  time.Time     `json:"written"`
+	Delivery Delivery      `json:"delivery"`
+	Item     ItemID        `json:"item,omitempty"`
 	// DeliveredRun is the owner's run that took the notification in (0 until then).
 	DeliveredRun int `json:"delivered_run,omitempty"`
 	// DeliverBy is the deadline of a notification the provider process

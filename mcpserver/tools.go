@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -36,6 +37,12 @@ type SpawnInput struct {
 	Provider    string `json:"provider,omitempty" jsonschema:"the model provider (default: the server's)"`
 	Model       string `json:"model,omitempty" jsonschema:"the model (default: the provider's)"`
 	Cwd         string `json:"cwd,omitempty" jsonschema:"its working directory (default: the server's)"`
+	// The agent's budget (DESIGN rule 10); absent bounds take the server's
+	// defaults.
+	BudgetTokens  int64   `json:"budget_tokens,omitempty" jsonschema:"bound the agent to this many tokens, input and output (default: the server's budget)"`
+	BudgetRounds  int     `json:"budget_rounds,omitempty" jsonschema:"bound the agent to this many model rounds"`
+	BudgetSeconds int64   `json:"budget_seconds,omitempty" jsonschema:"bound the agent's run time, in seconds"`
+	BudgetUSD     float64 `json:"budget_usd,omitempty" jsonschema:"bound the agent's cost in US dollars (models with a known price)"`
 }
 
 // SpawnOutput is spawn_agent's result.
@@ -94,6 +101,10 @@ type TaskStatusOutput struct {
 	Notifications []NoteInfo    `json:"notifications" jsonschema:"the task's notifications, one per run, acknowledged or not"`
 	Queue         []QueueItem   `json:"queue,omitempty" jsonschema:"items queued in the session's inboxes"`
 	Why           []QueueStatus `json:"why,omitempty" jsonschema:"why each non-empty inbox is not draining"`
+	// Spent is what the agent's tree used (tokens by kind, rounds, run
+	// time, cost in micro-USD); Budget what the session allows.
+	Spent  core.Spend  `json:"spent" jsonschema:"what the agent and its subagents used: usage by token kind, rounds, run time (ns), cost_micros (micro-USD, priced models only)"`
+	Budget core.Budget `json:"budget" jsonschema:"the session's budget; when it is spent runs end budget_exceeded"`
 }
 
 // OutputInput is task_output's input.
@@ -343,6 +354,10 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 	p := vigil.SessionParams{
 		Title: firstLine(in.Description, 60), Provider: in.Provider, Cwd: in.Cwd, Permissions: s.opts.Permissions,
 		Owner: owner, Caller: true,
+		Budget: core.Budget{Tokens: in.BudgetTokens, Rounds: in.BudgetRounds, Wall: time.Duration(in.BudgetSeconds) * time.Second, Cost: int64(in.BudgetUSD * 1e6)},
+	}
+	if in.BudgetTokens < 0 || in.BudgetRounds < 0 || in.BudgetSeconds < 0 || in.BudgetUSD < 0 {
+		return SpawnOutput{}, errors.New("a budget's bounds are positive")
 	}
 	if p.Title == "" {
 		p.Title = firstLine(in.Prompt, 60)
@@ -544,7 +559,9 @@ func (s *Server) taskStatus(ctx context.Context, owner string, in TaskInput) (Ta
 			Queue: queueOf(st), Why: queueStatus(st)}
 		if a := st.Agents[t.Agent]; a != nil && t.Kind == core.TaskAgent {
 			out.Runs = runsOf(st, a)
+			out.Spent = a.Tree
 		}
+		out.Budget = st.Session.Budget
 		return nil
 	})
 	return out, err

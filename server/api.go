@@ -45,6 +45,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: sess + "/agents/{agent}/messages", handler: h(s.message)},
 		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.cancelRun)},
 		{method: "POST", path: sess + "/agents/{agent}/retry", handler: h(s.retryAgent)},
+		{method: "POST", path: sess + "/budget", handler: h(s.setBudget)},
 		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.closeAgent)},
 		{method: "GET", path: sess + "/runs", handler: h(s.listRuns)},
 		{method: "GET", path: sess + "/tasks", handler: h(s.listTasks)},
@@ -179,7 +180,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	def := s.opts.Defaults
 	p := vigil.SessionParams{
 		Title: req.Title, Prompt: req.Prompt, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
-		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions,
+		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions, Budget: req.Budget.budget(),
 	}
 	if p.Title == "" {
 		p.Title = firstLine(req.Prompt, 60)
@@ -365,6 +366,35 @@ func (s *Server) retryAgent(w http.ResponseWriter, r *http.Request) error {
 		return s.actionErr(r.Context(), id, err)
 	}
 	return s.agentViewOf(w, r, id, agent)
+}
+
+// setBudget replaces the session's budget, or an agent tree's, and answers
+// with the budget and what its scope used; agents a spent budget blocked
+// run again.
+func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session")
+	var req BudgetRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := s.rt.SetBudget(r.Context(), id, req.Agent, req.budget(), by); err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	var v BudgetView
+	err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
+		v.Budget, v.Agent = st.Session.Budget, req.Agent
+		if main := st.Agents[core.MainAgent]; main != nil {
+			v.Spent = main.Tree
+		}
+		if a := st.Agent(req.Agent); req.Agent != "" && a != nil {
+			v.Budget, v.Spent, v.Agent = a.Budget, a.Tree, string(a.ID)
+		}
+	})
+	if err != nil {
+		return s.actionErr(r.Context(), id, err)
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
 }
 
 func (s *Server) closeAgent(w http.ResponseWriter, r *http.Request) error {

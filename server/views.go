@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -29,6 +30,33 @@ type CreateSessionRequest struct {
 	Cwd         string            `json:"cwd,omitempty"`
 	Dirs        []string          `json:"dirs,omitempty"`
 	Permissions *core.Permissions `json:"permissions,omitempty"`
+	// Budget bounds the session; unset bounds take the server's defaults.
+	Budget *BudgetRequest `json:"budget,omitempty"`
+}
+
+// BudgetRequest is a budget as a client writes it (DESIGN rule 10): the
+// session's, or with Agent that of an agent's tree. Zero or absent bounds
+// set no bound at that level (on create: the server's default).
+type BudgetRequest struct {
+	Agent       string  `json:"agent,omitempty"`
+	Tokens      int64   `json:"tokens,omitempty"`
+	Rounds      int     `json:"rounds,omitempty"`
+	WallSeconds int64   `json:"wall_seconds,omitempty"`
+	CostUSD     float64 `json:"cost_usd,omitempty"`
+}
+
+func (b *BudgetRequest) budget() core.Budget {
+	if b == nil {
+		return core.Budget{}
+	}
+	return core.Budget{Tokens: b.Tokens, Rounds: b.Rounds, Wall: time.Duration(b.WallSeconds) * time.Second, Cost: int64(math.Round(b.CostUSD * 1e6))}
+}
+
+// BudgetView is a scope's budget and what it used.
+type BudgetView struct {
+	Agent  string      `json:"agent,omitempty"`
+	Budget core.Budget `json:"budget"`
+	Spent  core.Spend  `json:"spent"`
 }
 
 // PromptRequest is the body of POST .../prompts.
@@ -117,6 +145,15 @@ type AgentView struct {
 	Blocked   *core.Block   `json:"blocked,omitempty"`
 	LiveTasks []core.TaskID `json:"live_tasks,omitempty"`
 	Usage     chat.Usage    `json:"usage"`
+	// Spent is what the agent used, Tree what its tree used, Budget its
+	// tree's own bound (the session's is on the session).
+	Spent  core.Spend  `json:"spent"`
+	Tree   core.Spend  `json:"tree"`
+	Budget core.Budget `json:"budget,omitzero"`
+	// ContextTokens estimates what its next model round sends;
+	// Compactions counts its context compactions.
+	ContextTokens int64 `json:"context_tokens"`
+	Compactions   int   `json:"compactions,omitempty"`
 }
 
 // AgentDetail is an agent with its run history and transcript.
@@ -240,8 +277,16 @@ func agentView(s *core.State, a *core.Agent) AgentView {
 		Model: a.Model, Provider: a.Provider, Driver: a.Driver, State: a.State, Created: a.Created,
 		LastActive: a.LastActive, Runs: len(a.Runs), Inbox: nonNil(a.Inbox), Run: a.Run, Gate: a.Gate,
 		Retry: a.Retry, Blocked: a.Blocked,
-		LiveTasks: s.LiveTasks(a.ID), Usage: a.Usage,
+		LiveTasks: s.LiveTasks(a.ID), Usage: a.Usage, Spent: a.Spent, Tree: a.Tree, Budget: a.Budget,
+		ContextTokens: core.ContextTokens(s, a), Compactions: compactions(a),
 	}
+}
+
+func compactions(a *core.Agent) int {
+	if a.Compacted == nil {
+		return 0
+	}
+	return a.Compacted.Seq
 }
 
 func agentDetail(s *core.State, a *core.Agent) AgentDetail {

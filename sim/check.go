@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vigilrun/vigil/core"
@@ -30,6 +31,11 @@ type checker struct {
 	// promised holds the target run a pending message's sender was told
 	// (DESIGN rule 11): it joins that run or the next one answers.
 	promised map[core.MsgID]int
+	// spent is what each agent's tree used, summed from the model calls'
+	// events (rule 10).
+	spent map[core.AgentID]*core.Spend
+	// taskIdx is the event index at which each task started.
+	taskIdx map[core.TaskID]int
 }
 
 // itemInfo is what the checker saw of an inbox item: a run holds it in
@@ -51,7 +57,7 @@ func newChecker(w *world) *checker {
 	return &checker{
 		w: w, notes: map[string]int{}, items: map[core.ItemID]*itemInfo{}, runs: map[string]*runInfo{},
 		gates: map[core.AgentID]int{}, woken: map[string]core.AgentID{}, cancelled: map[string]bool{}, cur: map[core.AgentID]int{}, msgSet: map[core.MsgID]bool{},
-		sent: map[core.ItemID]bool{}, promised: map[core.MsgID]int{},
+		sent: map[core.ItemID]bool{}, promised: map[core.MsgID]int{}, spent: map[core.AgentID]*core.Spend{}, taskIdx: map[core.TaskID]int{},
 	}
 }
 
@@ -118,6 +124,37 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 	// Rule 11: a SendMessage call gets its result in the step that
 	// started it; a pending result states its promise.
 	sends := map[string]core.AgentID{}
+	type compaction struct {
+		agent  core.AgentID
+		idx    int
+		listed map[core.TaskID]bool
+	}
+	var compactions []compaction
+	defer func() {
+		// The ledger lists every task the agent has live (started before
+		// the compaction); none of its live agent tasks runs a prompt
+		// twice (rule: no double dispatch).
+		for _, cp := range compactions {
+			for _, id := range s.LiveTasks(cp.agent) {
+				if !cp.listed[id] && c.taskIdx[id] < cp.idx {
+					c.violateRun("ledger", cp.agent, 0, fmt.Sprintf("the task ledger of %s's compaction leaves out live task %s", cp.agent, id))
+				}
+			}
+		}
+		if len(compactions) > 0 || len(out.Events) > 0 {
+			seen := map[string]core.TaskID{}
+			for _, id := range s.TaskOrder {
+				t := s.Tasks[id]
+				if ag := s.Agents[t.Agent]; t.Kind == core.TaskAgent && t.Prompt != "" && ag != nil && ag.State != core.AgentClosed {
+					k := string(t.Owner) + "\x00" + t.Prompt
+					if prev, ok := seen[k]; ok {
+						c.violate("ledger", fmt.Sprintf("tasks %s and %s of %s run the same prompt at once (dispatched twice)", prev, id, t.Owner))
+					}
+					seen[k] = id
+				}
+			}
+		}
+	}()
 	defer func() {
 		for use, a := range sends {
 			c.violate("11", fmt.Sprintf("SendMessage %s of %s is left waiting on another agent's model round", use, a))
@@ -126,6 +163,30 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 	for _, e := range out.Events {
 		c.idx++
 		switch b := e.Body.(type) {
+		case *core.ModelCallEnded:
+			if b.Outcome == "completed" {
+				for x := s.Agents[b.Agent]; x != nil; x = s.Agents[x.Owner] {
+					sp := c.spent[x.ID]
+					if sp == nil {
+						sp = &core.Spend{}
+						c.spent[x.ID] = sp
+					}
+					sp.Usage = sp.Usage.Add(b.Usage)
+					sp.Rounds++
+					sp.Cost += b.Cost
+					if x.Owner == "" {
+						break
+					}
+				}
+			}
+		case *core.TaskStarted:
+			c.taskIdx[b.Task.ID] = c.idx
+		case *core.ContextCompacted:
+			cp := compaction{agent: b.Agent, idx: c.idx, listed: map[core.TaskID]bool{}}
+			for _, lt := range b.Compaction.Ledger.Tasks {
+				cp.listed[lt.Task] = true
+			}
+			compactions = append(compactions, cp)
 		case *core.ToolCallStarted:
 			if b.Call.Name == "SendMessage" {
 				sends[b.Call.UseID] = b.Agent
@@ -195,6 +256,10 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				}
 			}
 		case *core.ItemsReturned:
+			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil && len(b.Items)+len(b.Dropped) > 0 && len(b.Carried) == 0 {
+				// What joined went back unseen: it joins nothing.
+				r.lastJoin = r.lastCall
+			}
 			for _, id := range b.Items {
 				info := c.items[id]
 				if info == nil || info.held != b.Seq {
@@ -220,6 +285,7 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				}
 			}
 		case *core.ModelCallStarted:
+			c.checkBudgets(b.Agent)
 			if r := c.runs[runKey(b.Agent, c.cur[b.Agent])]; r != nil {
 				r.lastCall = c.idx
 			}
@@ -463,6 +529,14 @@ func (c *checker) end() {
 		if a.Run != nil {
 			c.violateRun("end", id, a.Run.Seq, fmt.Sprintf("run %s#%d never ended", a.Name, a.Run.Seq))
 		}
+		if b := a.Blocked; b != nil && b.Kind == core.FailBudget {
+			// Its items wait for a person to raise the budget; the block
+			// must be true (rule 10).
+			if c.spentBudget(a) == "" {
+				c.violate("10", fmt.Sprintf("%s is blocked by a budget that is not spent: %s", a.Name, b.Reason))
+			}
+			continue
+		}
 		for _, it := range a.Inbox {
 			if !heldByUser(s, it) {
 				c.violate("4", fmt.Sprintf("%s item %s left undrained in %s's inbox", it.Kind, it.ID, a.Name))
@@ -505,6 +579,9 @@ func (c *checker) end() {
 				delivered = true
 			}
 		}
+		if !delivered && waitsOnBudget(s.Agents[n.Owner], n.Item) {
+			continue // it waits in the inbox of an owner a spent budget blocks (checked above)
+		}
 		if !delivered {
 			c.violate("1", fmt.Sprintf("notification %s was never delivered to %s", k, n.Owner))
 		}
@@ -523,7 +600,8 @@ func (c *checker) end() {
 		if a == nil || a.State == core.AgentClosed {
 			continue
 		}
-		if !transcriptHas(a, tok) {
+		waiting := a.Blocked != nil && a.Blocked.Kind == core.FailBudget && slices.ContainsFunc(a.Inbox, func(it *core.Item) bool { return strings.Contains(it.Text, tok) })
+		if !transcriptHas(a, tok) && !waiting {
 			c.violate("6", fmt.Sprintf("provider wake %s for %s never reached the model (swallowed)", tok, a.Name))
 		}
 	}
@@ -554,6 +632,9 @@ func (c *checker) checkMsg(m *core.Msg) {
 		if info.removed && target.State == core.AgentClosed {
 			return // dropped loudly when its target closed
 		}
+		if waitsOnBudget(target, m.Item) {
+			return // its target is blocked by a spent budget (checked at the end)
+		}
 		c.violate("3", fmt.Sprintf("message %s (%s) to %s was never answered", m.ID, m.Outcome, target.Name))
 		return
 	}
@@ -582,6 +663,46 @@ func (c *checker) checkMsg(m *core.Msg) {
 	}
 }
 
+// checkBudgets: no model round starts for an agent once the session's
+// budget or that of its tree, or of a tree above it, is spent.
+func (c *checker) checkBudgets(id core.AgentID) {
+	if w := c.spentBudget(c.w.state.Agents[id]); w != "" {
+		c.violateRun("10", id, 0, "a model round started over "+w)
+	}
+}
+
+// spentBudget says which budget over a is spent, by the checker's own
+// sums, or "".
+func (c *checker) spentBudget(a *core.Agent) string {
+	s := c.w.state
+	over := func(b core.Budget, sp *core.Spend) string {
+		if sp == nil {
+			return ""
+		}
+		switch {
+		case b.Rounds > 0 && sp.Rounds >= b.Rounds:
+			return fmt.Sprintf("rounds %d of %d", sp.Rounds, b.Rounds)
+		case b.Tokens > 0 && sp.Usage.Total() >= b.Tokens:
+			return fmt.Sprintf("tokens %d of %d", sp.Usage.Total(), b.Tokens)
+		case b.Cost > 0 && sp.Cost >= b.Cost:
+			return fmt.Sprintf("cost %d of %d", sp.Cost, b.Cost)
+		}
+		return ""
+	}
+	if w := over(s.Session.Budget, c.spent[core.MainAgent]); w != "" {
+		return "the session's budget: " + w
+	}
+	for x := a; x != nil; x = s.Agents[x.Owner] {
+		if w := over(x.Budget, c.spent[x.ID]); w != "" {
+			return fmt.Sprintf("the budget of %s's tree: %s", x.Name, w)
+		}
+		if x.Owner == "" {
+			break
+		}
+	}
+	return ""
+}
+
 // checkPromise reads a SendMessage result: a pending outcome must name
 // both runs it promises.
 func (c *checker) checkPromise(result string) {
@@ -598,6 +719,13 @@ func (c *checker) checkPromise(result string) {
 		!strings.Contains(res.Detail, fmt.Sprintf("joins run %d", run)) || !strings.Contains(res.Detail, fmt.Sprintf("run %d answers", run+1)) {
 		c.violate("11", fmt.Sprintf("pending message %s: the sender was told %q", res.Msg, res.Detail))
 	}
+}
+
+// waitsOnBudget reports whether item waits in the inbox of agent a, which
+// a spent budget blocks.
+func waitsOnBudget(a *core.Agent, item core.ItemID) bool {
+	return a != nil && a.Blocked != nil && a.Blocked.Kind == core.FailBudget &&
+		slices.ContainsFunc(a.Inbox, func(it *core.Item) bool { return it.ID == item })
 }
 
 func transcriptHas(a *core.Agent, tok string) bool {

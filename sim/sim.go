@@ -14,6 +14,7 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
+	"github.com/vigilrun/vigil/chat"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -108,6 +109,11 @@ type world struct {
 	// what every other draw of a seed does, and so its regression value,
 	// unchanged.
 	faults *rand.Rand
+	// limits draws the budgets of a seed and when a person raises them,
+	// in a stream of its own for the same reason.
+	limits *rand.Rand
+	// sessionBudget is the budget the session is created with.
+	sessionBudget core.Budget
 	// outage is a window in which every model call fails with one kind.
 	outage outage
 	core   *core.Core
@@ -212,6 +218,7 @@ func Run(opts Options) Result {
 		opts:     opts,
 		rng:      rand.New(rand.NewPCG(uint64(opts.Seed), 0x9e3779b97f4a7c15)),
 		faults:   rand.New(rand.NewPCG(uint64(opts.Seed), 0x2545f4914f6cdd1d)),
+		limits:   rand.New(rand.NewPCG(uint64(opts.Seed), 0x94d049bb133111eb)),
 		state:    core.NewState(),
 		start:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		inc:      1,
@@ -239,6 +246,24 @@ func Run(opts Options) Result {
 	}
 	if w.rng.IntN(3) == 0 {
 		cfg.MaxConcurrentCalls = 1 + w.rng.IntN(3)
+	}
+	// A budget, in one seed of three: small enough to be hit.
+	switch w.limits.IntN(6) {
+	case 0:
+		w.sessionBudget.Rounds = 2 + w.limits.IntN(40)
+	case 1:
+		w.sessionBudget.Tokens = int64(500 + w.limits.IntN(20000))
+	}
+	if w.limits.IntN(3) == 0 {
+		// A small context window: agents compact, some several times.
+		window := 400 + w.limits.IntN(3000)
+		cfg.ContextWindow = func(string, string) int { return window }
+	}
+	if w.limits.IntN(2) == 0 {
+		cfg.Price = func(model string, u chat.Usage) (int64, bool) { return u.Total(), true }
+		if w.limits.IntN(3) == 0 {
+			cfg.Budget.Cost = int64(2000 + w.limits.IntN(20000))
+		}
 	}
 	w.core = core.New(cfg)
 	switch k := w.rng.IntN(10); {

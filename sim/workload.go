@@ -19,7 +19,7 @@ func (w *world) generateWorkload() {
 	driver := map[mode]core.Driver{modeLoop: core.DriverLoop, modeExternal: core.DriverExternal, modeCaller: core.DriverCaller}[w.mode]
 	w.schedule(w.now, 0, "create session", func() core.Input {
 		in := core.CreateSession{
-			Session: core.Session{ID: core.SessionID(fmt.Sprintf("sim%d", w.opts.Seed)), Permissions: core.Permissions{Mode: perm}},
+			Session: core.Session{ID: core.SessionID(fmt.Sprintf("sim%d", w.opts.Seed)), Permissions: core.Permissions{Mode: perm}, Budget: w.sessionBudget},
 			Driver:  driver,
 		}
 		if w.mode != modeCaller {
@@ -35,6 +35,15 @@ func (w *world) generateWorkload() {
 				return core.SpawnAgent{Name: fmt.Sprintf("w%d", w.names), Prompt: w.token("task")}
 			})
 		}
+	}
+	if !w.sessionBudget.IsZero() && w.limits.IntN(2) == 0 {
+		// A person raises the budget later, which releases what it blocked.
+		at := w.now.Add(time.Duration(5+w.limits.IntN(40)) * time.Second)
+		w.schedule(at, 0, "raise budget", func() core.Input {
+			b := w.state.Session.Budget
+			b.Rounds, b.Tokens = b.Rounds*2, b.Tokens*2
+			return core.SetBudget{Budget: b, By: "sim"}
+		})
 	}
 	horizon := time.Duration(5+w.rng.IntN(60)) * time.Second
 	n := 3 + w.rng.IntN(20*w.scale)
@@ -137,6 +146,12 @@ func (w *world) wakeToken() string {
 // answers and picks an end of turn or a few tool calls.
 func (w *world) answer(ef core.CallModel, final bool) core.Input {
 	a := w.state.Agents[ef.Agent]
+	if ef.Purpose == core.PurposeCompact && !w.outage.covers(w.now) {
+		text := fmt.Sprintf("summary of %d messages of %s", len(ef.Messages), ef.AgentName)
+		return core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: chat.Response{
+			Content: []chat.Block{chat.Text(text)}, StopReason: chat.StopEndTurn, Usage: usageOf(ef, text),
+		}}
+	}
 	if w.outage.covers(w.now) {
 		return core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Kind: w.outage.kind, Error: "simulated outage: " + string(w.outage.kind)}
 	}
@@ -147,7 +162,7 @@ func (w *world) answer(ef core.CallModel, final bool) core.Input {
 	text := fmt.Sprintf("reply of %s to call %s", ef.AgentName, ef.Call)
 	if final || w.budget.rounds <= 0 || a == nil || a.Run == nil || a.Run.Round > 4 {
 		return core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: chat.Response{
-			Content: []chat.Block{chat.Text(text)}, StopReason: chat.StopEndTurn,
+			Content: []chat.Block{chat.Text(text)}, StopReason: chat.StopEndTurn, Usage: usageOf(ef, text),
 		}}
 	}
 	blocks := []chat.Block{chat.Text(text)}
@@ -160,7 +175,13 @@ func (w *world) answer(ef core.CallModel, final bool) core.Input {
 	if len(blocks) == 1 {
 		blocks = append(blocks, toolUse(ef, 0, "ListAgents", map[string]any{}))
 	}
-	return core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: chat.Response{Content: blocks, StopReason: chat.StopToolUse}}
+	return core.ModelResponded{Agent: ef.Agent, Call: ef.Call, Response: chat.Response{Content: blocks, StopReason: chat.StopToolUse, Usage: usageOf(ef, text)}}
+}
+
+// usageOf is what the simulated provider reports a call used: the prompt
+// it was sent and the answer, by the shared estimate.
+func usageOf(ef core.CallModel, text string) chat.Usage {
+	return chat.Usage{InputTokens: chat.EstimateTokens(ef.Messages), OutputTokens: int64(len(text)/4 + 1)}
 }
 
 func toolUse(ef core.CallModel, i int, name string, input any) chat.Block {
@@ -177,10 +198,22 @@ func (w *world) toolCall(ef core.CallModel, a *core.Agent, i int) (chat.Block, b
 		if w.rng.IntN(10) == 0 && len(w.state.Order) > 1 {
 			name = w.state.Agents[w.state.Order[1]].Name // a taken name: rejected
 		}
-		return toolUse(ef, i, "Agent", map[string]any{
+		in := map[string]any{
 			"description": "worker " + name, "prompt": w.token("task"), "name": name,
 			"run_in_background": w.rng.IntN(5) != 0,
-		}), true
+		}
+		if w.limits.IntN(4) == 0 {
+			in["budget_rounds"] = 1 + w.limits.IntN(6)
+		}
+		if a.Compacted != nil && w.limits.IntN(2) == 0 {
+			// After a compaction the model starts what it already runs.
+			for _, id := range w.state.TaskOrder {
+				if t := w.state.Tasks[id]; t.Owner == a.ID && t.Kind == core.TaskAgent {
+					in["prompt"] = t.Prompt
+				}
+			}
+		}
+		return toolUse(ef, i, "Agent", in), true
 	case k < 50 && w.budget.sends > 0:
 		w.budget.sends--
 		return toolUse(ef, i, "SendMessage", map[string]any{
@@ -250,7 +283,9 @@ func (o outage) covers(t time.Time) bool {
 // the outage lasts, and then the agent is blocked again.
 func (w *world) answerBlocks(events []core.Event) {
 	for _, e := range events {
-		if b, ok := e.Body.(*core.AgentBlocked); ok {
+		// A spent budget is not retried: a person raises it (the "raise
+		// budget" action), which releases the agents it blocked.
+		if b, ok := e.Body.(*core.AgentBlocked); ok && b.Block.Kind != core.FailBudget {
 			w.retryLater(b.Agent)
 		}
 	}

@@ -154,6 +154,15 @@ func (p *param) parse(raw json.RawMessage) (any, error) {
 			return nil, fmt.Errorf("field %q must be at most %d, got %d", p.name, *p.max, v)
 		}
 		return v, nil
+	case kindNumber:
+		var f float64
+		if err := json.Unmarshal(raw, &f); err != nil || jsonType(raw) != "number" {
+			return nil, wrongType
+		}
+		if p.min != nil && f < float64(*p.min) {
+			return nil, fmt.Errorf("field %q must be at least %d, got %g", p.name, *p.min, f)
+		}
+		return f, nil
 	}
 	return nil, fmt.Errorf("field %q has unsupported kind %q", p.name, p.kind)
 }

@@ -26,6 +26,7 @@ const (
 	kindString  kind = "string"
 	kindInteger kind = "integer"
 	kindBoolean kind = "boolean"
+	kindNumber  kind = "number"
 )
 
 // param is one property of a tool's input object.
@@ -88,6 +89,16 @@ var defs = []def{
 			{name: "run_in_background", kind: kindBoolean, def: false,
 				desc: "false (default): wait for the subagent's run to end and return its reply. true: return its " +
 					"agent id and task id at once; a <task-notification> arrives each time one of its runs ends."},
+			{name: "budget_tokens", kind: kindInteger, min: bound(1),
+				desc: "Bound the subagent's tree (it and the subagents it starts) to this many tokens, input and output. " +
+					"A budget can only be lowered: it never exceeds what your own tree has left. When it is spent, the " +
+					"subagent's run ends budget_exceeded and you are notified."},
+			{name: "budget_rounds", kind: kindInteger, min: bound(1),
+				desc: "Bound the subagent's tree to this many model rounds."},
+			{name: "budget_seconds", kind: kindInteger, min: bound(1),
+				desc: "Bound the subagent's tree to this much run time, in seconds."},
+			{name: "budget_usd", kind: kindNumber, min: bound(0),
+				desc: "Bound the subagent's tree to this cost in US dollars (models with a known price)."},
 		},
 	},
 	{

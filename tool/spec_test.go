@@ -11,7 +11,7 @@ import (
 // wantParams is the contract vigil's core relies on: every tool, its
 // parameters, and which are required.
 var wantParams = map[string]struct{ all, required []string }{
-	"Agent":          {[]string{"description", "prompt", "name", "model", "run_in_background"}, []string{"description", "prompt"}},
+	"Agent":          {[]string{"description", "prompt", "name", "model", "run_in_background", "budget_tokens", "budget_rounds", "budget_seconds", "budget_usd"}, []string{"description", "prompt"}},
 	"SendMessage":    {[]string{"to", "message", "priority"}, []string{"to", "message"}},
 	"Bash":           {[]string{"command", "timeout", "description", "run_in_background"}, []string{"command"}},
 	"TaskOutput":     {[]string{"task_id", "block", "timeout", "offset", "limit"}, []string{"task_id"}},
@@ -93,7 +93,7 @@ func TestSpecsListExactlyTheContractParameters(t *testing.T) {
 			t.Errorf("%s: required must be listed, even when empty", s.Name)
 		}
 		for pn, p := range doc.Properties {
-			if !slices.Contains([]string{"string", "integer", "boolean"}, p.Type) {
+			if !slices.Contains([]string{"string", "integer", "number", "boolean"}, p.Type) {
 				t.Errorf("%s.%s: type %q", s.Name, pn, p.Type)
 			}
 			if p.Description == "" {

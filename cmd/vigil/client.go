@@ -869,3 +869,77 @@ func sessionView[T any](ctx context.Context, e *env, name string, args []string,
 	}
 	return show(&v)
 }
+
+func cmdBudget(ctx context.Context, e *env, args []string) error {
+	var agent string
+	var bf budgetFlags
+	cf, pos, err := clientCommand(e, "budget", "budget <session> [--agent A] [--tokens N] [--rounds N] [--wall D] [--usd X]", 1, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&agent, "agent", "", "an agent (id or name): set its tree's budget instead of the session's")
+		fs.Int64Var(&bf.tokens, "tokens", 0, "tokens, input and output (0: no bound)")
+		fs.IntVar(&bf.rounds, "rounds", 0, "model rounds (0: no bound)")
+		fs.DurationVar(&bf.wall, "wall", 0, "run time, summed over runs (0: no bound)")
+		fs.Float64Var(&bf.usd, "usd", 0, "US dollars over models with a known price (0: no bound)")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	req := server.BudgetRequest{Agent: agent, Tokens: bf.tokens, Rounds: bf.rounds, WallSeconds: int64(bf.wall / time.Second), CostUSD: bf.usd}
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "budget"), req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	var v server.BudgetView
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	scope := "session " + pos[0]
+	if v.Agent != "" {
+		scope = "agent tree of " + v.Agent
+	}
+	fmt.Fprintf(e.stdout, "%s: budget %s; used %s\n", scope, budgetLine(v.Budget), spendLine(v.Spent))
+	return nil
+}
+
+// budgetLine formats a budget's bounds.
+func budgetLine(b core.Budget) string {
+	var parts []string
+	if b.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
+	}
+	if b.Rounds > 0 {
+		parts = append(parts, fmt.Sprintf("%d rounds", b.Rounds))
+	}
+	if b.Wall > 0 {
+		parts = append(parts, b.Wall.String()+" run time")
+	}
+	if b.Cost > 0 {
+		parts = append(parts, core.FormatUSD(b.Cost))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// spendLine formats what a scope used.
+func spendLine(s core.Spend) string {
+	u := s.Usage
+	line := fmt.Sprintf("%d tokens (in %d, out %d, cache read %d, cache write %d), %d rounds, %s run time",
+		u.Total(), u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, s.Rounds, s.Wall.Round(time.Millisecond))
+	switch {
+	case s.Unpriced > 0 && s.Cost == 0:
+		line += ", cost unknown (no price for the model)"
+	case s.Unpriced > 0:
+		line += fmt.Sprintf(", %s for the priced rounds (%d rounds unpriced)", core.FormatUSD(s.Cost), s.Unpriced)
+	default:
+		line += ", " + core.FormatUSD(s.Cost)
+	}
+	return line
+}

@@ -53,6 +53,7 @@ func commands() map[string]command {
 		"tasks":    {"list a session's tasks", cmdTasks},
 		"stop":     {"stop a task: vigil stop <session>/<task>", cmdStop},
 		"retry":    {"run a blocked or backing-off agent now: vigil retry <session> <agent>", cmdRetry},
+		"budget":   {"set a session's or an agent tree's budget: vigil budget <session> [--agent A] --tokens N --rounds N --wall D --usd X", cmdBudget},
 		"hold":     {"hold a session's queue of user prompts", cmdHold},
 		"resume":   {"release the hold on a session's user prompts", cmdResume},
 		"status":   {"list a session's non-empty inboxes and why each is not draining", cmdStatus},

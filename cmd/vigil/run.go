@@ -41,6 +41,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
 	fs.Var(&deny, "deny", "deny rule (repeatable)")
 	verbose := fs.Bool("v", false, "log at debug level to stderr")
+	var bf budgetFlags
+	bf.register(fs)
 	keepOpen := fs.Bool("keep-open", false, "leave the session open when it is quiescent (vigil serve or a later run can continue it)")
 	resume := fs.String("resume", "", "take over an existing session of the store (one a killed vigil left) and run it to quiescence; a prompt, if given, is queued to it")
 	fs.Usage = func() {
@@ -122,6 +124,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
 			SubagentModel: provs.subagentModel, Cwd: *cwd,
 			Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
+			Budget:      bf.budget(),
 		})
 		if err != nil {
 			return err
@@ -225,18 +228,22 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 
 // result is what vigil run reports at the end.
 type result struct {
-	Session       string   `json:"session"`
-	Status        string   `json:"status"` // quiescent, blocked, timeout, interrupted
-	Reply         string   `json:"reply"`
-	MainStatus    string   `json:"main_status"`
-	DurationMS    int64    `json:"duration_ms"`
-	Runs          int      `json:"runs"`
-	Notifications int      `json:"notifications"`
-	Messages      int      `json:"messages"`
-	InputTokens   int64    `json:"input_tokens"`
-	OutputTokens  int64    `json:"output_tokens"`
-	Drops         int      `json:"drops"`
-	Pending       []string `json:"pending,omitempty"`
+	Session       string `json:"session"`
+	Status        string `json:"status"` // quiescent, blocked, timeout, interrupted
+	Reply         string `json:"reply"`
+	MainStatus    string `json:"main_status"`
+	DurationMS    int64  `json:"duration_ms"`
+	Runs          int    `json:"runs"`
+	Notifications int    `json:"notifications"`
+	Messages      int    `json:"messages"`
+	InputTokens   int64  `json:"input_tokens"`
+	OutputTokens  int64  `json:"output_tokens"`
+	Drops         int    `json:"drops"`
+	// Spent is what the whole session used, cache tokens and cost
+	// included; Compactions counts context compactions.
+	Spent       core.Spend `json:"spent"`
+	Compactions int        `json:"compactions"`
+	Pending     []string   `json:"pending,omitempty"`
 }
 
 func summarize(s *core.State, d time.Duration) result {
@@ -246,11 +253,15 @@ func summarize(s *core.State, d time.Duration) result {
 		r.Runs += len(a.Runs)
 		r.InputTokens += a.Usage.InputTokens
 		r.OutputTokens += a.Usage.OutputTokens
+		if a.Compacted != nil {
+			r.Compactions += a.Compacted.Seq
+		}
 	}
 	for _, n := range s.Drops {
 		r.Drops += n
 	}
 	main := s.Agents[core.MainAgent]
+	r.Spent = main.Tree
 	if n := len(main.Runs); n > 0 {
 		r.Reply = main.Runs[n-1].Reply
 		r.MainStatus = string(main.Runs[n-1].Status)
@@ -339,4 +350,24 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// budgetFlags are a session's budget on the command line (DESIGN rule 10);
+// unset ones keep the configured defaults.
+type budgetFlags struct {
+	tokens int64
+	rounds int
+	wall   time.Duration
+	usd    float64
+}
+
+func (b *budgetFlags) register(fs *flag.FlagSet) {
+	fs.Int64Var(&b.tokens, "budget-tokens", 0, "bound the session to this many tokens, input and output (default: the config's budgets.tokens, else 50,000,000)")
+	fs.IntVar(&b.rounds, "budget-rounds", 0, "bound the session to this many model rounds (default: budgets.rounds, else 5,000)")
+	fs.DurationVar(&b.wall, "budget-wall", 0, "bound the session's run time, summed over its runs (default: budgets.wall, else 24h)")
+	fs.Float64Var(&b.usd, "budget-usd", 0, "bound the session's cost in US dollars, over models with a known price (default: budgets.cost_usd, else 100)")
+}
+
+func (b *budgetFlags) budget() core.Budget {
+	return core.Budget{Tokens: b.tokens, Rounds: b.rounds, Wall: b.wall, Cost: int64(b.usd * 1e6)}
 }

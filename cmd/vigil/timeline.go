@@ -67,6 +67,10 @@ func (t *timeline) who(e core.Event) string {
 	switch b := e.Body.(type) {
 	case *core.RunStarted:
 		return t.name(b.Agent)
+	case *core.ContextCompacted:
+		return t.name(b.Agent)
+	case *core.BudgetSet:
+		return "user"
 	case *core.RunEnded:
 		return t.name(b.Agent)
 	case *core.ToolCallStarted:
@@ -115,6 +119,15 @@ func (t *timeline) describe(e core.Event) string {
 		return fmt.Sprintf("started subagent %s (%s, task %s)", b.Agent.Name, b.Agent.ID, b.Agent.Task)
 	case *core.RunStarted:
 		return fmt.Sprintf("run %d started (%s)", b.Seq, b.Kind)
+	case *core.ContextCompacted:
+		c := b.Compaction
+		return fmt.Sprintf("context compacted (%d): ~%d -> ~%d tokens; %d messages summarised, ledger of %d task(s)", c.Seq, c.Before, c.After, c.Upto, len(c.Ledger.Tasks))
+	case *core.BudgetSet:
+		scope := "session"
+		if b.Agent != "" {
+			scope = "tree of " + t.name(b.Agent)
+		}
+		return fmt.Sprintf("budget of the %s set: %s", scope, budgetLine(b.Budget))
 	case *core.RunEnded:
 		s := fmt.Sprintf("run %d %s", b.Seq, b.Status)
 		if b.Reply != "" {
@@ -202,8 +215,18 @@ func (t *timeline) result(r result, memory bool) error {
 	case "stream-json":
 		return writeJSON(t.w, map[string]any{"type": "result", "result": r})
 	}
-	fmt.Fprintf(t.w, "\n%s after %.1fs: %d runs, %d notifications, %d messages, %d drops, %d+%d tokens\n",
+	fmt.Fprintf(t.w, "\n%s after %.1fs: %d runs, %d notifications, %d messages, %d drops, %d+%d tokens",
 		r.Status, float64(r.DurationMS)/1000, r.Runs, r.Notifications, r.Messages, r.Drops, r.InputTokens, r.OutputTokens)
+	if u := r.Spent.Usage; u.CacheReadTokens+u.CacheWriteTokens > 0 {
+		fmt.Fprintf(t.w, " (cache read %d, write %d)", u.CacheReadTokens, u.CacheWriteTokens)
+	}
+	if r.Spent.Unpriced == 0 && r.Spent.Rounds > 0 {
+		fmt.Fprintf(t.w, ", %s", core.FormatUSD(r.Spent.Cost))
+	}
+	if r.Compactions > 0 {
+		fmt.Fprintf(t.w, ", %d compactions", r.Compactions)
+	}
+	fmt.Fprintln(t.w)
 	if len(r.Pending) > 0 {
 		fmt.Fprintln(t.w, "still pending:")
 		for _, p := range r.Pending {

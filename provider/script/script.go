@@ -28,9 +28,10 @@
 //
 // The newest input's kind selects a list of turns: on.<kind> when the agent
 // has one, else turns. A request that carries only tool results continues
-// the list of the turn that called the tools, and falls back to turns when
-// that list is used up. An on list used up by new inputs repeats its last
-// turn; when turns is used up the agent ends its turn with a note.
+// the list of the turn that called the tools, and when that list is used
+// up falls back to on.tool_result if the agent has one, else to turns. An
+// on list used up by new inputs repeats its last turn; when turns is used
+// up the agent ends its turn with a note.
 //
 // Which turn answers is computed from the conversation alone, so a call
 // that is issued again after a restart gets the same answer.
@@ -87,6 +88,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 )
 
@@ -105,8 +107,9 @@ type Agent struct {
 	// Turns answer in order.
 	Turns []Turn `yaml:"turns" json:"turns"`
 	// On holds turns used, in order, when the newest input is of a kind:
-	// prompt, spawn, message, notification, timer or continuation. When a
-	// kind's list is used up its last turn repeats.
+	// prompt, spawn, message, notification, timer or continuation, and
+	// tool_result for tool results once the list that called the tools is
+	// used up. When a kind's list is used up its last turn repeats.
 	On map[string][]Turn `yaml:"on" json:"on"`
 	// ContextWindow, when not zero, replaces the scenario's context window
 	// for this agent.
@@ -168,7 +171,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-var kinds = map[string]bool{"prompt": true, "spawn": true, "message": true, "notification": true, "timer": true, "continuation": true}
+var kinds = map[string]bool{"prompt": true, "spawn": true, "message": true, "notification": true, "timer": true, "continuation": true, "tool_result": true}
 
 // Load reads and validates a scenario file (YAML or JSON).
 func Load(path string) (*Scenario, error) {
@@ -227,7 +230,7 @@ func Parse(b []byte) (*Scenario, error) {
 		}
 		for k, ts := range a.On {
 			if !kinds[k] {
-				return nil, fmt.Errorf("agent %s: unknown input kind %q under on (want prompt, spawn, message, notification, timer or continuation)", name, k)
+				return nil, fmt.Errorf("agent %s: unknown input kind %q under on (want prompt, spawn, message, notification, timer, continuation or tool_result)", name, k)
 			}
 			if err := check("on."+k, ts); err != nil {
 				return nil, err
@@ -629,6 +632,9 @@ func (st place) choose(a *Agent, kind string) string {
 		if st.Last != "" && st.Used[st.Last] < len(a.On[st.Last]) {
 			return st.Last
 		}
+		if _, ok := a.On["tool_result"]; ok {
+			return "tool_result"
+		}
 		return ""
 	}
 	return listFor(a, kind)
@@ -733,8 +739,9 @@ func templateData(req *provider.Request) Data {
 					if i := strings.Index(from, " ("); i >= 0 {
 						from = from[:i]
 					}
-					d.Message = MessageData{ID: m[1], From: from, Text: m[3]}
-					d.Input = m[3]
+					text := strings.TrimPrefix(m[3], core.NotUserInput) // vigil's frame
+					d.Message = MessageData{ID: m[1], From: from, Text: text}
+					d.Input = text
 				}
 			}
 		case b.Type == chat.BlockToolResult && d.Input == "":

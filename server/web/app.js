@@ -782,6 +782,16 @@ class SessionView {
       meta.push(h("span", `${a.runs} run${a.runs === 1 ? "" : "s"} done`));
       if (a.inbox.length) meta.push(h("span.warn-text", `${a.inbox.length} queued`));
       meta.push(h("span.muted", "active ", agoTick(a.last_active)));
+      if (a.spent) {
+        const u = a.spent.usage || {};
+        const toks = (u.input_tokens || 0) + (u.output_tokens || 0) + (u.cache_read_tokens || 0) + (u.cache_write_tokens || 0);
+        let spend = `${toks} tokens`;
+        if (u.cache_read_tokens) spend += ` (${u.cache_read_tokens} cached)`;
+        if (a.spent.rounds && !a.spent.unpriced_rounds) spend += ` · $${(a.spent.cost_micros / 1e6).toFixed(4)}`;
+        if (a.compactions) spend += ` · ${a.compactions} compaction${a.compactions === 1 ? "" : "s"}`;
+        meta.push(h("span.muted", spend));
+      }
+      if (a.blocked) meta.push(h("span.warn-text", a.blocked.kind === "budget" ? "budget spent" : "blocked"));
       if (task) meta.push(h("span.muted", `task ${task.id} `, badge(task.status)));
       const children = [...shellOf(a.id).map((t) => this.taskNode(t)), ...(kids.get(a.id) || []).map(node)];
       return h(
