@@ -251,6 +251,14 @@ func (r *Runtime) MoveItem(ctx context.Context, session, item string, index int)
 	return err
 }
 
+// AnswerApprovalAlways allows a permission request and adds a session rule
+// that allows the same call from now on (DESIGN: approvals, "allow
+// always"); pending requests the rule allows are answered too.
+func (r *Runtime) AnswerApprovalAlways(ctx context.Context, session, approval, by string) error {
+	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(approval), Allow: true, Always: true, By: by})
+	return err
+}
+
 // AnswerApproval answers a permission request.
 func (r *Runtime) AnswerApproval(ctx context.Context, session, approval string, allow bool, by, reason string) error {
 	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(approval), Allow: allow, By: by, Reason: reason})

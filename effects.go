@@ -54,6 +54,12 @@ func (a *actor) startEffects(effects []core.Effect) {
 			if x := a.ext[ef.Agent]; x != nil {
 				x.do(func(p provider.SessionProcess) error { return p.Close() })
 			}
+		case core.AnswerPermission:
+			if x := a.ext[ef.Agent]; x != nil {
+				x.do(func(p provider.SessionProcess) error { return p.AnswerPermission(ef.Request, ef.Allow, ef.Reason) })
+			} else {
+				a.rt.log.Warn("a permission answer for an agent with no provider process; nobody waits for it", "session", a.id, "agent", ef.Agent, "request", ef.Request)
+			}
 		default:
 			a.rt.log.Error("unknown effect; ignored", "session", a.id, "effect", core.EffectName(ef))
 		}

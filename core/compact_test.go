@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigilrun/vigil/chat"
 )
@@ -108,5 +109,24 @@ func TestCompactionLedgerAndNoDoubleDispatch(t *testing.T) {
 	}
 	if len(h.s.Tasks) != 6 || h.s.Drops["duplicate-dispatch"] != drops+2 {
 		t.Fatalf("tasks %d, duplicate drops %d", len(h.s.Tasks), h.s.Drops["duplicate-dispatch"])
+	}
+}
+
+// A run's last progress is known: status says what it waits on, and past
+// the bound, for how long nothing happened. A background command with no
+// timeout of its own gets the session default.
+func TestRunProgressAndBackgroundTimeout(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.step(UserPrompt{Text: "go"})
+	p := RunProgress(h.s, h.now.Add(8*time.Minute), time.Minute)
+	if len(p) != 1 || p[0].Waiting != "model call c1" || p[0].Stalled != "no progress for 8m0s (waiting on model call c1)" {
+		t.Fatalf("progress: %+v", p)
+	}
+	h.answer("main", use("b1", "Bash", map[string]any{"command": "make", "run_in_background": true}))
+	if len(h.shells) != 1 || h.shells[0].Timeout != 4*time.Hour {
+		t.Fatalf("background shell: %+v", h.shells)
+	}
+	if p := RunProgress(h.s, h.now, time.Minute); len(p) != 1 || p[0].Stalled != "" {
+		t.Fatalf("progress right after a round: %+v", p)
 	}
 }

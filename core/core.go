@@ -91,6 +91,10 @@ type Config struct {
 	// CompactAt is the fraction of the window at which an agent's context
 	// is compacted before its next round (default 0.8).
 	CompactAt float64
+	// BackgroundTimeout bounds a background shell task that sets no
+	// timeout of its own (default 4 hours): it is killed and notifies
+	// timed-out.
+	BackgroundTimeout time.Duration
 	// Inject puts back a seed bug. Only the simulator sets it.
 	Inject Bug
 }
@@ -134,6 +138,9 @@ func (c Config) withDefaults() Config {
 	c.Budget = c.Budget.withDefaults(DefaultBudget())
 	if c.CompactAt <= 0 || c.CompactAt >= 1 {
 		c.CompactAt = 0.8
+	}
+	if c.BackgroundTimeout == 0 {
+		c.BackgroundTimeout = 4 * time.Hour
 	}
 	return c
 }
@@ -341,6 +348,12 @@ func (st *stepper) handle(in Input) {
 		st.externalTurnEnded(in)
 	case ExternalTask:
 		st.externalTask(in)
+	case ExternalPermission:
+		st.externalPermission(in)
+	case ExternalPermissionWithdrawn:
+		if a := st.s.Agents[in.Agent]; a != nil {
+			st.withdrawExternal(a, in.Request, "withdrawn by the provider process")
+		}
 	case ProviderStarted:
 		st.providerStarted(in)
 	case ProviderExited:
@@ -877,6 +890,9 @@ func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText strin
 			}
 		}
 		st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: results}})
+	}
+	if st.external(a) {
+		st.withdrawExternal(a, "", "the provider's turn ended ("+why+")")
 	}
 	pending := slices.Clone(r.PendingSends)
 	task := a.Task

@@ -119,6 +119,7 @@ func init() {
 		func() Body { return &MessageResolved{} },
 		func() Body { return &ContextCompacted{} },
 		func() Body { return &BudgetSet{} },
+		func() Body { return &PermissionRuleAdded{} },
 		func() Body { return &TimerSet{} },
 		func() Body { return &TimerFired{} },
 		func() Body { return &TimerCancelled{} },
@@ -732,7 +733,9 @@ func (e *ApprovalRequested) apply(s *State, at time.Time) {
 	p.Asked = at
 	s.Approvals[p.ID] = &p
 	s.Counters.Approval++
-	s.Agents[p.Agent].State = AgentWaiting
+	if a := s.Agents[p.Agent]; a.Run != nil {
+		a.State = AgentWaiting
+	}
 }
 
 // ApprovalResolved answers or withdraws a permission request.

@@ -789,6 +789,7 @@ func (st *stepper) providerExited(a *Agent, reason string) {
 	if reason != "" {
 		why += ": " + reason
 	}
+	st.withdrawExternal(a, "", why)
 	for _, id := range st.s.TaskOrder {
 		t := st.s.Tasks[id]
 		if t.External == "" || !st.ownedBy(t, a) {

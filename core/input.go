@@ -127,10 +127,13 @@ type MoveItem struct {
 	Index int
 }
 
-// AnswerApproval answers a permission request.
+// AnswerApproval answers a permission request. Always (with Allow) also
+// adds a session rule that allows the same call from now on, and answers
+// every pending request it allows.
 type AnswerApproval struct {
 	Approval ApprovalID
 	Allow    bool
+	Always   bool
 	By       string
 	Reason   string
 }
@@ -269,6 +272,17 @@ func (CancelTool) effectName() string { return "cancel-tool" }
 func (StartShell) effectName() string { return "start-shell" }
 func (StopShell) effectName() string  { return "stop-shell" }
 func (Finalize) effectName() string   { return "finalize" }
+
+// AnswerPermission asks the runtime to answer a provider process's
+// permission request (Claude Code's can_use_tool).
+type AnswerPermission struct {
+	Agent   AgentID
+	Request string
+	Allow   bool
+	Reason  string
+}
+
+func (AnswerPermission) effectName() string { return "answer-permission" }
 
 // EffectName returns a short name for an effect kind.
 func EffectName(e Effect) string { return e.effectName() }

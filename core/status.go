@@ -150,3 +150,77 @@ func holdBy(h *Hold) string {
 func unseenLine(a *Agent) string {
 	return unseenWords(a.Inbox) + " not yet seen by the model"
 }
+
+// Progress says, for a run in progress, what it waits on and since when.
+type Progress struct {
+	Agent AgentID `json:"agent"`
+	Name  string  `json:"name"`
+	Run   int     `json:"run"`
+	// Waiting names what the run waits on: "model call c12", "tool Bash
+	// (u3)", "task t4", "approval p2", "subagent a3", "the provider
+	// process", "a model-call slot".
+	Waiting string    `json:"waiting"`
+	Since   time.Time `json:"since"`
+	// Stalled is set when nothing happened for longer than the bound the
+	// caller gave: the line to show a person.
+	Stalled string `json:"stalled,omitempty"`
+}
+
+// RunProgress lists every run in progress with what it waits on and the
+// time of its last progress; runs with no progress for longer than stall
+// get a Stalled line ("no progress for 7m (waiting on tool Bash (u3))").
+func RunProgress(s *State, now time.Time, stall time.Duration) []Progress {
+	var out []Progress
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		r := a.Run
+		if r == nil {
+			continue
+		}
+		p := Progress{Agent: a.ID, Name: a.Name, Run: r.Seq, Since: a.LastActive}
+		if c := r.Call; c != nil && c.Started.After(p.Since) {
+			p.Since = c.Started
+		}
+		for _, tc := range r.Tools {
+			if tc.Started.After(p.Since) {
+				p.Since = tc.Started
+			}
+		}
+		switch {
+		case a.Driver == DriverExternal:
+			p.Waiting = "the provider process"
+		case r.Call != nil && r.Call.State == CallWaitingSlot:
+			p.Waiting = "a model-call slot"
+		case r.Call != nil:
+			p.Waiting = "model call " + string(r.Call.ID)
+			if r.Call.Purpose == PurposeCompact {
+				p.Waiting += " (compaction)"
+			}
+		default:
+			for _, tc := range r.Tools {
+				if tc.Done {
+					continue
+				}
+				switch tc.Wait {
+				case WaitApproval:
+					p.Waiting = "approval " + string(tc.Approval)
+				case WaitChild:
+					p.Waiting = "subagent " + string(tc.Child)
+				case WaitTask:
+					p.Waiting = "task " + string(tc.WaitFor)
+				default:
+					p.Waiting = fmt.Sprintf("tool %s (%s)", tc.Name, tc.UseID)
+				}
+				break
+			}
+		}
+		if p.Waiting == "" {
+			p.Waiting = "the next round"
+		}
+		if idle := now.Sub(p.Since); stall > 0 && idle >= stall {
+			p.Stalled = fmt.Sprintf("no progress for %s (waiting on %s)", idle.Round(time.Second), p.Waiting)
+		}
+		out = append(out, p)
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -510,6 +511,9 @@ func (st *stepper) startShell(a *Agent, tc *ToolCall, command, desc string, time
 	if desc == "" {
 		desc = firstLine(command, 60)
 	}
+	if timeout <= 0 {
+		timeout = st.cfg.BackgroundTimeout
+	}
 	out := "tasks/" + string(id) + ".output"
 	st.emit(&TaskStarted{Task: Task{
 		ID: id, Kind: TaskShell, Owner: a.ID, Description: desc, Command: command, Background: true,
@@ -528,12 +532,64 @@ func (st *stepper) answerApproval(in AnswerApproval) {
 		st.fail(CodeNotFound, "no pending permission request %q", in.Approval)
 		return
 	}
-	st.resolveApproval(p, in.Allow, in.By, in.Reason)
+	if !in.Always || !in.Allow {
+		st.resolveApproval(p, in.Allow, in.By, in.Reason)
+		return
+	}
+	rule, err := permission.RuleFor(p.Tool, p.Input)
+	if err != nil {
+		st.fail(CodeInvalid, "cannot allow %s always: %v; allow it once", p.Tool, err)
+		return
+	}
+	by := in.By
+	if by == "" {
+		by = "user"
+	}
+	st.emit(&PermissionRuleAdded{Rule: rule, By: by, Approval: p.ID})
+	st.resolveApproval(p, true, in.By, in.Reason)
+	// The rule answers every other request it allows, at once.
+	perms := st.s.Session.Permissions
+	for _, id := range sortedApprovals(st.s) {
+		q := st.s.Approvals[id]
+		if dec, _ := permission.Decide(string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec == permission.Allow {
+			st.resolveApproval(q, true, by, "allowed by the rule "+rule)
+		}
+	}
+}
+
+// PermissionRuleAdded adds an allow rule to the session's permissions: a
+// person answered a request "allow always".
+type PermissionRuleAdded struct {
+	Rule     string     `json:"rule"`
+	By       string     `json:"by,omitempty"`
+	Approval ApprovalID `json:"approval,omitempty"`
+}
+
+// Type implements Body: the name of the event.
+func (*PermissionRuleAdded) Type() string { return "permission.rule_added" }
+func (e *PermissionRuleAdded) apply(s *State, _ time.Time) {
+	if !slices.Contains(s.Session.Permissions.Allow, e.Rule) {
+		s.Session.Permissions.Allow = append(slices.Clone(s.Session.Permissions.Allow), e.Rule)
+	}
 }
 
 func (st *stepper) resolveApproval(p *Approval, allow bool, by, reason string) {
 	a := st.s.Agents[p.Agent]
 	st.emit(&ApprovalResolved{Approval: p.ID, Allow: allow, By: by, Reason: reason})
+	if p.External != "" {
+		msg := reason
+		if !allow {
+			msg = "permission denied"
+			if by != "" {
+				msg += " by " + by
+			}
+			if reason != "" {
+				msg += ": " + reason
+			}
+		}
+		st.effect(AnswerPermission{Agent: a.ID, Request: p.External, Allow: allow, Reason: msg})
+		return
+	}
 	tc := a.Run.tool(p.UseID)
 	if tc == nil || tc.Done {
 		return

@@ -574,6 +574,9 @@ type Approval struct {
 	Reason   string          `json:"reason,omitempty"`
 	Asked    time.Time       `json:"asked"`
 	Deadline time.Time       `json:"deadline"`
+	// External is the provider process's own id of a request it asked
+	// (Claude Code's permission prompt): the answer goes back to it.
+	External string `json:"external,omitempty"`
 }
 
 // Counters make the core's ids.

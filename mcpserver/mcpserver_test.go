@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"errors"
+	"github.com/vigilrun/vigil/core"
 	"log/slog"
 	"net"
 	"net/http"
@@ -402,8 +403,8 @@ func TestTools(t *testing.T) {
 		}
 		names = append(names, tool.Name)
 	}
-	want := "spawn_agent send_message wait ack task_status task_output stop_task list_tasks queue_list queue_cancel hold resume"
-	if got := strings.Join(names, " "); len(names) != 12 {
+	want := "spawn_agent send_message wait ack task_status pending_approvals approve task_output stop_task list_tasks queue_list queue_cancel hold resume"
+	if got := strings.Join(names, " "); len(names) != 14 {
 		t.Errorf("tools: %s, want %s", got, want)
 	}
 
@@ -572,5 +573,45 @@ func TestWaitEndsAtClose(t *testing.T) {
 	// never hangs.
 	if err == nil || (!errors.As(err, &te) && !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "EOF")) {
 		t.Fatalf("wait at close: %v", err)
+	}
+}
+
+// A spawned agent's permission request reaches the caller: pending_approvals
+// lists it, approve always runs it and adds the session rule.
+func TestApprovalsOverMCP(t *testing.T) {
+	ctx := testCtx(t)
+	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	t.Cleanup(func() { rt.Close() })
+	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermAsk}})
+	t.Cleanup(func() { srv.Close() })
+	c := &mcptest.Client{CS: connectStdio(t, ctx, srv)}
+	sp, err := c.Spawn(ctx, "builder", "build it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pend mcpserver.PendingApprovalsOutput
+	for range 200 {
+		if err := c.Call(ctx, "pending_approvals", map[string]any{}, &pend); err != nil {
+			t.Fatal(err)
+		}
+		if len(pend.Approvals) > 0 {
+			break
+		}
+		var w mcpserver.WaitOutput
+		_ = c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0.05}, &w)
+	}
+	if len(pend.Approvals) != 1 || pend.Approvals[0].Call != "Bash(echo built)" || pend.Approvals[0].Task != sp.Task {
+		t.Fatalf("pending approvals: %+v", pend)
+	}
+	var ans mcpserver.ApproveOutput
+	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "always"}, &ans); err != nil || ans.Rule != "Bash(echo built)" {
+		t.Fatalf("approve: %+v %v", ans, err)
+	}
+	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "deny"}, &ans); err == nil {
+		t.Fatal("a request was answered twice")
+	}
+	var w mcpserver.WaitOutput
+	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 10}, &w); err != nil || len(w.Notifications) != 1 || !strings.Contains(w.Notifications[0].Reply, "builder:") {
+		t.Fatalf("wait after approve: %+v %v", w, err)
 	}
 }

@@ -270,6 +270,18 @@ func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string
 		Annotations: readOnly,
 	}, s.taskStatus)
 	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "pending_approvals",
+		Description: "List the permission requests your agents (and their subagents) wait on: the tool, the call, why it needs a person, and when it is denied if nobody answers.",
+		InputSchema: schemaFor[PendingApprovalsInput](nil),
+		Annotations: readOnly,
+	}, s.pendingApprovals)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        "approve",
+		Description: "Answer a permission request from pending_approvals: allow (once), always (allow, and add a session rule that allows the same call again) or deny (with a reason the agent reads).",
+		InputSchema: schemaFor[ApproveInput](func(p map[string]*jsonschema.Schema) { p["answer"].Enum = []any{"allow", "always", "deny"} }),
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+	}, s.approve)
+	addTool(s, ms, conn, &mcp.Tool{
 		Name:        "task_output",
 		Description: "Read a task's output from a byte offset: an agent task's conversation as text, or a shell task's output. Returns next, the offset to read from next.",
 		InputSchema: schemaFor[OutputInput](func(p map[string]*jsonschema.Schema) {

@@ -130,6 +130,27 @@ func Describe(tool string, input json.RawMessage) string {
 	return tool + "(" + s + ")"
 }
 
+// RuleFor returns the narrowest allow rule that allows this call again:
+// the tool and its whole subject, e.g. "Bash(go test ./...)" (an allow
+// rule that spells the whole command allows exactly it), or the bare tool
+// when the call has no subject. A subject with * cannot be spelled
+// exactly (it would be a wildcard), nor one with a parenthesis or a line
+// break: RuleFor refuses those.
+func RuleFor(tool string, input json.RawMessage) (string, error) {
+	s := Subject(tool, input)
+	if s == "" {
+		return tool, nil
+	}
+	if strings.ContainsAny(s, "*()\n\r") {
+		return "", fmt.Errorf("%q has a character (* ( ) or a line break) a rule cannot spell exactly", s)
+	}
+	rule := tool + "(" + s + ")"
+	if !Valid(rule) {
+		return "", fmt.Errorf("%q is not a valid rule", rule)
+	}
+	return rule, nil
+}
+
 // Valid reports whether rule is well formed.
 func Valid(rule string) bool {
 	name, _, ok := parse(rule)

@@ -85,3 +85,34 @@ func TestValid(t *testing.T) {
 		}
 	}
 }
+
+// RuleFor spells a call exactly, and the rule allows that call and no
+// other.
+func TestRuleFor(t *testing.T) {
+	for _, c := range []struct {
+		tool, input, rule, other string
+	}{
+		{"Bash", `{"command":"go test ./..."}`, "Bash(go test ./...)", `{"command":"go test ./... && rm -rf /"}`},
+		{"Write", `{"file_path":"src/a.go","content":"x"}`, "Write(src/a.go)", `{"file_path":"src/b.go"}`},
+		{"WebFetch", `{}`, "WebFetch", ""},
+	} {
+		rule, err := RuleFor(c.tool, json.RawMessage(c.input))
+		if err != nil || rule != c.rule {
+			t.Errorf("RuleFor(%s %s) = %q, %v; want %q", c.tool, c.input, rule, err, c.rule)
+			continue
+		}
+		if d, _ := Decide(ModeAsk, []string{rule}, nil, c.tool, json.RawMessage(c.input)); d != Allow {
+			t.Errorf("%s does not allow the call it was made from: %s", rule, d)
+		}
+		if c.other != "" {
+			if d, _ := Decide(ModeAsk, []string{rule}, nil, c.tool, json.RawMessage(c.other)); d == Allow {
+				t.Errorf("%s allows another call: %s", rule, c.other)
+			}
+		}
+	}
+	for _, in := range []string{`{"command":"rm *.tmp"}`, `{"command":"echo a\nrm b"}`, `{"command":"(cd x)"}`} {
+		if rule, err := RuleFor("Bash", json.RawMessage(in)); err == nil {
+			t.Errorf("RuleFor(%s) = %q, want a refusal", in, rule)
+		}
+	}
+}

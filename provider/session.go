@@ -38,7 +38,8 @@ type SessionStart struct {
 	PermissionMode core.PermissionMode
 	// Emit receives what the process reports, mapped to core inputs
 	// (ExternalTurnStarted, ExternalMessage, ExternalTask,
-	// ExternalTurnEnded), in the order the process sent it. The last input
+	// ExternalTurnEnded, ExternalPermission and its withdrawal), in the
+	// order the process sent it. The last input
 	// is always ProviderExited, after every frame the process sent. Emit
 	// may block briefly; it must be called from one goroutine at a time.
 	Emit func(core.Input)
@@ -57,6 +58,10 @@ type SessionProcess interface {
 	Interrupt() error
 	// StopTask asks the process to stop one of its background tasks.
 	StopTask(id string) error
+	// AnswerPermission answers the process's permission request (an
+	// ExternalPermission it emitted): allow the tool call, or deny it with
+	// the message the model sees.
+	AnswerPermission(request string, allow bool, message string) error
 	// Close ends the process. Safe to call twice.
 	Close() error
 }

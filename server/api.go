@@ -574,7 +574,16 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	if req.Allow == nil {
 		return badRequest("allow is required (true or false)")
 	}
-	if err := s.rt.AnswerApproval(r.Context(), id, r.PathValue("approval"), *req.Allow, by, req.Reason); err != nil {
+	if req.Always && !*req.Allow {
+		return badRequest("always goes with allow: true")
+	}
+	answer := func() error {
+		if req.Always {
+			return s.rt.AnswerApprovalAlways(r.Context(), id, r.PathValue("approval"), by)
+		}
+		return s.rt.AnswerApproval(r.Context(), id, r.PathValue("approval"), *req.Allow, by, req.Reason)
+	}
+	if err := answer(); err != nil {
 		return s.actionErr(r.Context(), id, err)
 	}
 	return s.listApprovals(w, r)

@@ -90,7 +90,10 @@ type MoveRequest struct {
 
 // ApprovalRequest is the body of POST .../approvals/{approval}.
 type ApprovalRequest struct {
-	Allow  *bool  `json:"allow"`
+	Allow *bool `json:"allow"`
+	// Always, with allow, adds a session rule that allows the same call
+	// again, and answers the pending requests it allows.
+	Always bool   `json:"always,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -118,6 +121,11 @@ type SessionDetail struct {
 	Notifications int                `json:"notifications"`
 	Messages      int                `json:"messages"`
 	Drops         map[string]int     `json:"drops,omitempty"`
+	// Progress says what each run in progress waits on, since when, and
+	// "no progress for …" past a minute (DESIGN rule 10).
+	Progress []core.Progress `json:"progress"`
+	// Spent is what the session used; its budget is Session.Budget.
+	Spent core.Spend `json:"spent"`
 }
 
 // AgentView is an agent without its transcript: state, counts, inbox, the
@@ -219,6 +227,11 @@ type StatusView struct {
 	Hold      *core.Hold         `json:"hold,omitempty"`
 	Quiescent bool               `json:"quiescent"`
 	Inboxes   []core.InboxStatus `json:"inboxes"`
+	// Progress is what each run in progress waits on and since when.
+	Progress []core.Progress `json:"progress"`
+	// Budget and Spent are the session's budget and what it used.
+	Budget core.Budget `json:"budget"`
+	Spent  core.Spend  `json:"spent"`
 }
 
 // MessageList is the body of GET .../messages.
@@ -256,6 +269,10 @@ func sessionDetail(s *core.State) SessionDetail {
 		Session: s.Session, Seq: s.Seq, Hold: s.Hold, Quiescent: s.Quiescent(), Agents: agentViews(s),
 		Tasks: tasks(s), Approvals: approvals(s), Status: nonNil(core.Status(s)),
 		Notifications: len(s.NoteOrder), Messages: len(s.Msgs), Drops: s.Drops,
+		Progress: nonNil(core.RunProgress(s, time.Now(), time.Minute)),
+	}
+	if main := s.Agents[core.MainAgent]; main != nil {
+		d.Spent = main.Tree
 	}
 	if len(d.Drops) == 0 {
 		d.Drops = nil
@@ -345,7 +362,12 @@ func inbox(s *core.State, agent *core.Agent) []InboxItem {
 }
 
 func statusView(s *core.State) StatusView {
-	return StatusView{Session: s.Session.ID, Closed: s.Session.Closed, Hold: s.Hold, Quiescent: s.Quiescent(), Inboxes: nonNil(core.Status(s))}
+	v := StatusView{Session: s.Session.ID, Closed: s.Session.Closed, Hold: s.Hold, Quiescent: s.Quiescent(), Inboxes: nonNil(core.Status(s)),
+		Progress: nonNil(core.RunProgress(s, time.Now(), time.Minute)), Budget: s.Session.Budget}
+	if main := s.Agents[core.MainAgent]; main != nil {
+		v.Spent = main.Tree
+	}
+	return v
 }
 
 func messages(s *core.State) []*core.Msg {

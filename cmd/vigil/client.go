@@ -387,6 +387,14 @@ func printStatusView(e *env, st server.StatusView) {
 	if st.Hold != nil {
 		fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(st.Hold.By, "the user"), ago(st.Hold.Since), reasonSuffix(st.Hold.Reason))
 	}
+	for _, p := range st.Progress {
+		line := fmt.Sprintf("%s run %d: waiting on %s since %s", p.Name, p.Run, p.Waiting, ago(p.Since))
+		if p.Stalled != "" {
+			line = fmt.Sprintf("%s run %d: %s", p.Name, p.Run, p.Stalled)
+		}
+		fmt.Fprintln(e.stdout, line)
+	}
+	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s\n", spendLine(st.Spent), budgetLine(st.Budget))
 	printStatus(e, st.Inboxes, true)
 }
 
@@ -603,10 +611,11 @@ func holdOrResume(ctx context.Context, e *env, cf *clientFlags, path string, bod
 }
 
 func cmdApprove(ctx context.Context, e *env, args []string) error {
-	var deny bool
+	var deny, always bool
 	var reason string
-	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
+	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--always | --deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&deny, "deny", false, "deny the request instead")
+		fs.BoolVar(&always, "always", false, "allow, and add a session rule that allows the same call again")
 		fs.StringVar(&reason, "reason", "", "why, told to the agent")
 	})
 	if err != nil {
@@ -616,8 +625,11 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if deny && always {
+		return &exitError{code: 2, err: errors.New("give --always or --deny, not both")}
+	}
 	allow := !deny
-	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Reason: reason})
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Always: always, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -625,8 +637,11 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 		return printRaw(e, b)
 	}
 	verb := "allowed"
-	if deny {
+	switch {
+	case deny:
 		verb = "denied"
+	case always:
+		verb = "allowed (and the same call from now on)"
 	}
 	var left server.ApprovalList
 	if err := json.Unmarshal(b, &left); err != nil {

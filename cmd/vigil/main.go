@@ -58,7 +58,7 @@ func commands() map[string]command {
 		"resume":   {"release the hold on a session's user prompts", cmdResume},
 		"status":   {"list a session's non-empty inboxes and why each is not draining", cmdStatus},
 		"logs":     {"print a session's timeline; -f follows it", cmdLogs},
-		"approve":  {"answer a permission request: vigil approve <session> <request> [--deny]", cmdApprove},
+		"approve":  {"answer a permission request: vigil approve <session> <request> [--always | --deny]", cmdApprove},
 		"mcp":      {"serve the MCP tools (durable background agents) on stdio, for Claude Code and other MCP clients", cmdMCP},
 	}
 }

@@ -162,13 +162,14 @@ func (d *Driver) args(p *provider.SessionStart) []string {
 	case core.PermBypass:
 		args = append(args, "--dangerously-skip-permissions")
 	case core.PermAcceptEdits:
-		args = append(args, "--permission-mode", "acceptEdits")
+		args = append(args, "--permission-mode", "acceptEdits", "--permission-prompt-tool", "stdio")
 	case core.PermAuto:
 		args = append(args, "--permission-mode", "auto")
 	default:
-		// ask: the CLI's default mode. With no host to answer its prompts,
-		// a print-mode CLI denies what would need one (system/
-		// permission_denied) and the model sees the denial.
+		// ask: the CLI's default mode. What needs a prompt is asked of
+		// vigil over stdin/stdout (control_request can_use_tool), which
+		// answers from the session's rules or asks a person.
+		args = append(args, "--permission-prompt-tool", "stdio")
 	}
 	return append(args, d.opts.Args...)
 }

@@ -119,7 +119,31 @@ type controlRequestFrame struct {
 	RequestID string `json:"request_id"`
 	Request   struct {
 		Subtype string `json:"subtype"`
+		// can_use_tool: the tool call the CLI asks permission for.
+		ToolName  string          `json:"tool_name"`
+		Input     json.RawMessage `json:"input"`
+		ToolUseID string          `json:"tool_use_id"`
 	} `json:"request"`
+}
+
+// permissionAnswer answers a can_use_tool request: allow (with the input
+// to run, unchanged) or deny with a message the model sees.
+type permissionAnswer struct {
+	Type     string `json:"type"`
+	Response struct {
+		Subtype   string `json:"subtype"`
+		RequestID string `json:"request_id"`
+		Response  struct {
+			Behavior     string          `json:"behavior"`
+			UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
+			Message      string          `json:"message,omitempty"`
+		} `json:"response"`
+	} `json:"response"`
+}
+
+// controlCancelFrame withdraws a control request of the CLI.
+type controlCancelFrame struct {
+	RequestID string `json:"request_id"`
 }
 
 // userLine is the stdin line that hands the CLI a user message.

@@ -60,6 +60,7 @@ type process struct {
 	stdinClosed bool
 
 	mu         sync.Mutex
+	asks       map[string]json.RawMessage // permission requests vigil has not answered, with their input
 	cause      string // why the driver ends it
 	ending     bool
 	exited     bool // the leader exited (it may still be a zombie)
@@ -298,10 +299,23 @@ func (p *process) handle(line []byte) {
 		p.controlResponse(line)
 		return
 	case "control_request":
-		p.refuseControl(line)
+		p.controlRequest(line)
 		return
 	case "control_cancel_request":
-		p.m.ignore(h, "no request of the CLI is pending")
+		var f controlCancelFrame
+		if err := json.Unmarshal(line, &f); err != nil || f.RequestID == "" {
+			p.m.undecodable(h, fmt.Errorf("control_cancel_request: %v", err))
+			return
+		}
+		p.mu.Lock()
+		_, asked := p.asks[f.RequestID]
+		delete(p.asks, f.RequestID)
+		p.mu.Unlock()
+		if !asked {
+			p.m.ignore(h, "no such request of the CLI is pending")
+			return
+		}
+		p.emit(core.ExternalPermissionWithdrawn{Agent: p.agent, Request: f.RequestID})
 		return
 	}
 	p.mu.Lock()
@@ -463,14 +477,56 @@ func (p *process) controlResponse(line []byte) {
 	ch <- nil
 }
 
-// refuseControl answers a control request of the CLI (a permission prompt
-// for a host, say) with an error, so that the CLI does not wait for one.
-func (p *process) refuseControl(line []byte) {
+// controlRequest takes a control request of the CLI: a permission prompt
+// (can_use_tool, with --permission-prompt-tool stdio) goes to vigil, which
+// answers it from the session's rules or asks a person; anything else is
+// refused, so that the CLI does not wait for an answer.
+func (p *process) controlRequest(line []byte) {
 	var f controlRequestFrame
 	if err := json.Unmarshal(line, &f); err != nil {
 		p.m.undecodable(header{Type: "control_request"}, err)
 		return
 	}
+	if f.Request.Subtype == "can_use_tool" && f.RequestID != "" && f.Request.ToolName != "" {
+		p.mu.Lock()
+		if p.asks == nil {
+			p.asks = map[string]json.RawMessage{}
+		}
+		p.asks[f.RequestID] = f.Request.Input
+		p.mu.Unlock()
+		p.emit(core.ExternalPermission{Agent: p.agent, Request: f.RequestID, Tool: f.Request.ToolName, Input: f.Request.Input, UseID: f.Request.ToolUseID})
+		return
+	}
+	p.refuseControl(f)
+}
+
+// AnswerPermission implements provider.SessionProcess.
+func (p *process) AnswerPermission(request string, allow bool, message string) error {
+	p.mu.Lock()
+	input, asked := p.asks[request]
+	delete(p.asks, request)
+	p.mu.Unlock()
+	if !asked {
+		return fmt.Errorf("claude code: no permission request %s is pending", request)
+	}
+	var a permissionAnswer
+	a.Type = "control_response"
+	a.Response.Subtype, a.Response.RequestID = "success", request
+	if allow {
+		a.Response.Response.Behavior = "allow"
+		a.Response.Response.UpdatedInput = input
+		if len(input) == 0 {
+			a.Response.Response.UpdatedInput = json.RawMessage("{}")
+		}
+	} else {
+		a.Response.Response.Behavior, a.Response.Response.Message = "deny", message
+	}
+	return p.write(a)
+}
+
+// refuseControl answers a control request vigil does not serve with an
+// error.
+func (p *process) refuseControl(f controlRequestFrame) {
 	p.log.Warn("claude code: the CLI asked its host for something vigil does not answer; refused", "subtype", f.Request.Subtype)
 	var a controlAnswer
 	a.Type = "control_response"

@@ -1,0 +1,71 @@
+package core
+
+import (
+	"encoding/json"
+
+	"github.com/vigilrun/vigil/permission"
+)
+
+// A provider process that runs its own tools (Claude Code) asks its host
+// before a call its own rules do not allow. vigil answers from the
+// session's permissions; what they leave to a person becomes an approval
+// like any other, tagged with the agent, and the answer goes back to the
+// process.
+
+// ExternalPermission is a provider process's request to run a tool.
+type ExternalPermission struct {
+	Agent AgentID
+	// Request is the process's id of the request.
+	Request string
+	Tool    string
+	Input   json.RawMessage
+	UseID   string
+}
+
+// ExternalPermissionWithdrawn says the process no longer waits for the
+// answer (its turn was interrupted).
+type ExternalPermissionWithdrawn struct {
+	Agent   AgentID
+	Request string
+}
+
+func (ExternalPermission) inputName() string          { return "external-permission" }
+func (ExternalPermissionWithdrawn) inputName() string { return "external-permission-withdrawn" }
+
+func (st *stepper) externalPermission(in ExternalPermission) {
+	a := st.s.Agents[in.Agent]
+	if a == nil || a.Driver != DriverExternal || a.State == AgentClosed {
+		st.drop("permission request "+in.Request, "not-external", "no provider process runs agent "+string(in.Agent))
+		st.effect(AnswerPermission{Agent: in.Agent, Request: in.Request, Allow: false, Reason: "no such agent in vigil"})
+		return
+	}
+	p := st.s.Session.Permissions
+	dec, reason := permission.Decide(string(p.Mode), p.Allow, p.Deny, in.Tool, in.Input)
+	switch dec {
+	case permission.Allow:
+		st.effect(AnswerPermission{Agent: a.ID, Request: in.Request, Allow: true, Reason: reason})
+	case permission.Deny:
+		st.effect(AnswerPermission{Agent: a.ID, Request: in.Request, Allow: false, Reason: "permission denied: " + reason})
+	default:
+		run := 0
+		if a.Run != nil {
+			run = a.Run.Seq
+		}
+		id := ApprovalID("p" + itoa(st.s.Counters.Approval+1))
+		st.emit(&ApprovalRequested{Approval: Approval{
+			ID: id, Agent: a.ID, Run: run, UseID: in.UseID, Tool: in.Tool, Input: in.Input,
+			Reason: reason, Deadline: st.now.Add(st.cfg.ApprovalTTL), External: in.Request,
+		}})
+	}
+}
+
+// withdrawExternal ends the external approvals of agent a that match
+// (all of them when request is empty): nobody waits for their answer.
+func (st *stepper) withdrawExternal(a *Agent, request, why string) {
+	for _, id := range sortedApprovals(st.s) {
+		p := st.s.Approvals[id]
+		if p.Agent == a.ID && p.External != "" && (request == "" || p.External == request) {
+			st.emit(&ApprovalResolved{Approval: p.ID, Allow: false, Reason: why})
+		}
+	}
+}
