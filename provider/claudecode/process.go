@@ -61,7 +61,7 @@ type process struct {
 
 	mu         sync.Mutex
 	asks       map[string]json.RawMessage // permission requests vigil has not answered, with their input
-	cause      string // why the driver ends it
+	cause      string                     // why the driver ends it
 	ending     bool
 	exited     bool // the leader exited (it may still be a zombie)
 	reaped     bool // never signal the group once set: its id may be reused
