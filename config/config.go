@@ -56,6 +56,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -96,6 +97,10 @@ type Config struct {
 	StallTimeout time.Duration `yaml:"stall_timeout"`
 	// Sources lists the files read, in order.
 	Sources []string `yaml:"-"`
+	// Rules are the project rules a person saved (RulesFile), kept in
+	// RulesPath.
+	Rules     ProjectRules `yaml:"-"`
+	RulesPath string       `yaml:"-"`
 }
 
 // Provider configures one provider.
@@ -316,6 +321,12 @@ func Load(env Env, files ...File) (*Config, error) {
 		}
 		c.Sources = append(c.Sources, f.Path)
 	}
+	c.RulesPath = RulesFile(env)
+	rules, err := LoadProjectRules(c.RulesPath)
+	if err != nil {
+		return nil, err
+	}
+	c.Rules = rules
 	if v := env("VIGIL_PROVIDER"); v != "" {
 		c.Provider = v
 	}
@@ -637,4 +648,31 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// AllowFor returns the allow rules of a session in dir: the configured
+// ones and those a person saved for the project.
+func (c *Config) AllowFor(dir string) []string {
+	if c == nil {
+		return nil
+	}
+	out := slices.Clone(c.Allow)
+	if abs, err := filepath.Abs(dir); err == nil && dir != "" {
+		out = append(out, c.Rules.For(abs)...)
+	}
+	return out
+}
+
+// SaveRule keeps rule for the project at dir (see SaveProjectRule) and
+// applies it to later sessions there.
+func (c *Config) SaveRule(dir, rule string) error {
+	if err := SaveProjectRule(c.RulesPath, dir, rule); err != nil {
+		return err
+	}
+	if c.Rules == nil {
+		c.Rules = ProjectRules{}
+	}
+	dir = filepath.Clean(dir)
+	c.Rules[dir] = append(c.Rules[dir], rule)
+	return nil
 }

@@ -6,13 +6,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/permission"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -193,6 +197,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Permissions != nil {
 		p.Permissions = *req.Permissions
+	}
+	if def.ProjectRules != nil && p.Cwd != "" {
+		if abs, err := filepath.Abs(p.Cwd); err == nil {
+			p.Permissions.Allow = append(slices.Clone(p.Permissions.Allow), def.ProjectRules(abs)...)
+		}
 	}
 	sess, err := s.rt.CreateSession(r.Context(), p)
 	if err != nil {
@@ -577,6 +586,33 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	if req.Always && !*req.Allow {
 		return badRequest("always goes with allow: true")
 	}
+	if req.Save && !req.Always {
+		return badRequest("save goes with always: true")
+	}
+	var rule, cwd string
+	if req.Save {
+		if s.opts.Defaults.SaveRule == nil {
+			return badRequest("this server keeps no project rules: answer always without save")
+		}
+		var rerr error
+		if err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
+			p := st.Approvals[core.ApprovalID(r.PathValue("approval"))]
+			if p == nil {
+				rerr = &core.Error{Code: core.CodeNotFound, Message: "no pending permission request " + r.PathValue("approval")}
+				return
+			}
+			cwd = st.Session.Cwd
+			rule, rerr = permission.RuleFor(p.Tool, p.Input)
+		}); err != nil {
+			return s.actionErr(r.Context(), id, err)
+		}
+		if rerr != nil {
+			return s.actionErr(r.Context(), id, rerr)
+		}
+		if cwd == "" {
+			return badRequest("the session has no working directory to save the rule for")
+		}
+	}
 	answer := func() error {
 		if req.Always {
 			return s.rt.AnswerApprovalAlways(r.Context(), id, r.PathValue("approval"), by)
@@ -585,6 +621,11 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := answer(); err != nil {
 		return s.actionErr(r.Context(), id, err)
+	}
+	if req.Save {
+		if err := s.opts.Defaults.SaveRule(cwd, rule); err != nil {
+			return fmt.Errorf("the request was allowed, but the rule %s was not saved: %w", rule, err)
+		}
 	}
 	return s.listApprovals(w, r)
 }

@@ -63,6 +63,12 @@ type SessionDefaults struct {
 	// Permissions apply to a session that gives none; a zero mode means
 	// the runtime's default (ask).
 	Permissions core.Permissions
+	// ProjectRules, when set, returns the allow rules a person saved for a
+	// working directory; they are added to a new session's rules.
+	ProjectRules func(dir string) []string
+	// SaveRule, when set, keeps a rule for a project directory ("allow
+	// always" with save); without it such an answer is refused.
+	SaveRule func(dir, rule string) error
 }
 
 // Server serves the API of one Runtime. It is an http.Handler; Serve runs

@@ -774,3 +774,41 @@ func TestSessionDefaults(t *testing.T) {
 		t.Errorf("the request's model lost: %+v", d.Session)
 	}
 }
+
+// "Allow always" with save: the request runs, the session gets the rule,
+// the server keeps it for the project directory, and a later session there
+// starts with it.
+func TestApprovalAlwaysSaved(t *testing.T) {
+	saved := map[string][]string{}
+	h := newHarness(t, func(o *Options) {
+		o.Defaults.SaveRule = func(dir, rule string) error { saved[dir] = append(saved[dir], rule); return nil }
+		o.Defaults.ProjectRules = func(dir string) []string { return saved[dir] }
+	})
+	dir := t.TempDir()
+	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &core.Permissions{Mode: core.PermAsk}})
+	base := "/api/sessions/" + id
+	h.wait(id, "approval request", func(e core.Event) bool { _, ok := e.Body.(*core.ApprovalRequested); return ok })
+	var aps ApprovalList
+	h.must("GET", base+"/approvals", nil, 200, &aps)
+	p := string(aps.Approvals[0].ID)
+	yes, no := true, false
+	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &no, Always: true}, 400, "invalid")
+	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Save: true}, 400, "invalid")
+	h.must("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Always: true, Save: true}, 200, &aps)
+	h.wait(id, "t1 ended", taskEnded("t1"))
+	var d SessionDetail
+	h.must("GET", base, nil, 200, &d)
+	if got := d.Session.Permissions.Allow; len(got) != 1 || got[0] != "Bash(echo approved)" {
+		t.Fatalf("session rules: %q", got)
+	}
+	if got := saved[dir]; len(got) != 1 || got[0] != "Bash(echo approved)" {
+		t.Fatalf("saved rules: %q", saved)
+	}
+	// A later session in the project starts with the rule: nothing to ask.
+	id2 := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &core.Permissions{Mode: core.PermAsk}})
+	h.wait(id2, "t1 ended", taskEnded("t1"))
+	h.must("GET", "/api/sessions/"+id2+"/approvals", nil, 200, &aps)
+	if len(aps.Approvals) != 0 {
+		t.Fatalf("the saved rule did not apply: %+v", aps)
+	}
+}

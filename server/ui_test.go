@@ -152,8 +152,14 @@ func TestUI(t *testing.T) {
 	b.waitText(".b-approval", "Permission request")
 	b.waitText(".b-approval", "sleep 30")
 	b.screenshot("ui-session-running-laptop.png")
-	b.click(".b-approval button.approve")
+	b.click(".b-approval button.approve-always")
 	b.waitGone(".b-approval")
+	// "Allow always" left a session rule for the same call.
+	var d SessionDetail
+	h.must("GET", "/api/sessions/"+b.eval(`location.hash.split("/")[2] || ""`), nil, 200, &d)
+	if allow := d.Session.Permissions.Allow; len(allow) != 1 || !strings.HasPrefix(allow[0], "Bash(") || !strings.Contains(allow[0], "sleep 30") {
+		t.Fatalf("rules after allow always: %q", allow)
+	}
 	b.waitText(`li.task[data-status="running"]`, "sleep 30")
 	shellID := b.eval(`document.querySelector('li.task').dataset.task`)
 

@@ -93,7 +93,10 @@ type ApprovalRequest struct {
 	Allow *bool `json:"allow"`
 	// Always, with allow, adds a session rule that allows the same call
 	// again, and answers the pending requests it allows.
-	Always bool   `json:"always,omitempty"`
+	Always bool `json:"always,omitempty"`
+	// Save, with always, also keeps the rule for the session's working
+	// directory, for later sessions there.
+	Save   bool   `json:"save,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 

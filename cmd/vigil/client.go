@@ -611,11 +611,12 @@ func holdOrResume(ctx context.Context, e *env, cf *clientFlags, path string, bod
 }
 
 func cmdApprove(ctx context.Context, e *env, args []string) error {
-	var deny, always bool
+	var deny, always, save bool
 	var reason string
-	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--always | --deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
+	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--always [--save] | --deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&deny, "deny", false, "deny the request instead")
 		fs.BoolVar(&always, "always", false, "allow, and add a session rule that allows the same call again")
+		fs.BoolVar(&save, "save", false, "with --always: also keep the rule for the session's project directory, for later sessions there")
 		fs.StringVar(&reason, "reason", "", "why, told to the agent")
 	})
 	if err != nil {
@@ -628,8 +629,11 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 	if deny && always {
 		return &exitError{code: 2, err: errors.New("give --always or --deny, not both")}
 	}
+	if save && !always {
+		return &exitError{code: 2, err: errors.New("--save goes with --always")}
+	}
 	allow := !deny
-	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Always: always, Reason: reason})
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Always: always, Save: save, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -640,6 +644,8 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 	switch {
 	case deny:
 		verb = "denied"
+	case always && save:
+		verb = "allowed (and the same call from now on, in this project's later sessions too)"
 	case always:
 		verb = "allowed (and the same call from now on)"
 	}

@@ -110,7 +110,7 @@ flags:`)
 		Logger: logger, Owner: key, Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: wd,
 	}
 	if c := provs.cfg; c != nil {
-		opts.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.Allow, Deny: c.Deny}
+		opts.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.AllowFor(wd), Deny: c.Deny}
 	}
 	srv := mcpserver.New(rt, opts)
 	logger.Info("serving MCP on stdio", "data", dataDir, "provider", provs.name)

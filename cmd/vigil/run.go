@@ -96,7 +96,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			*mode = c.PermissionMode
 		}
 		if !set["allow"] {
-			allow = c.Allow
+			allow = c.AllowFor(*cwd)
 		}
 		if !set["deny"] {
 			deny = c.Deny

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vigilrun/vigil"
@@ -91,6 +92,19 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	defaults := server.SessionDefaults{Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel}
 	if c := provs.cfg; c != nil {
 		defaults.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.Allow, Deny: c.Deny}
+		// Rules a person saved for a project apply to its sessions; the
+		// server's config keeps them (the CLI's approve --always --save).
+		var mu sync.Mutex
+		defaults.ProjectRules = func(dir string) []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return c.Rules.For(dir)
+		}
+		defaults.SaveRule = func(dir, rule string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return c.SaveRule(dir, rule)
+		}
 	}
 	mcpSrv := mcpserver.New(rt, &mcpserver.Options{
 		Logger: logger, Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Permissions: defaults.Permissions,

@@ -722,7 +722,8 @@ class SessionView {
       } catch {
         input = String(p.input || "");
       }
-      const answer = (allow) => (e) => this.act(e.currentTarget, allow ? "Allow" : "Deny", () => api("POST", `${this.base}/approvals/${enc(p.id)}`, { allow }));
+      const answer = (allow, always) => (e) =>
+        this.act(e.currentTarget, always ? "Allow always" : allow ? "Allow" : "Deny", () => api("POST", `${this.base}/approvals/${enc(p.id)}`, always ? { allow, always } : { allow }));
       out.push(
         h(
           "div.banner.b-approval",
@@ -736,7 +737,12 @@ class SessionView {
             h("pre.inline-pre", input),
             time(p.deadline) ? h("div.muted.small", "denied automatically at " + clock(p.deadline)) : null,
           ),
-          h("div.btns", h("button.primary.approve", { onclick: answer(true) }, "Allow"), h("button.danger.deny", { onclick: answer(false) }, "Deny")),
+          h(
+            "div.btns",
+            h("button.primary.approve", { onclick: answer(true, false) }, "Allow"),
+            h("button.approve-always", { onclick: answer(true, true), title: "Allow, and allow the same call from now on in this session" }, "Allow always"),
+            h("button.danger.deny", { onclick: answer(false, false) }, "Deny"),
+          ),
         ),
       );
     }
