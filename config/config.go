@@ -95,6 +95,9 @@ type Config struct {
 	// is aborted and retried: 0 means DefaultStallTimeout, a negative
 	// value turns the check off.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
+	// BackgroundTimeout bounds a background command that sets no timeout
+	// of its own (0: 4 hours).
+	BackgroundTimeout time.Duration `yaml:"background_timeout"`
 	// Sources lists the files read, in order.
 	Sources []string `yaml:"-"`
 	// Rules are the project rules a person saved (RulesFile), kept in
@@ -224,6 +227,7 @@ func (c *Config) Core() core.Config {
 			Cost: usdMicros(c.Budgets.CostUSD),
 		},
 		Price: cat.CostMicros, ContextWindow: func(_, model string) int { return cat.Window(model) }, CompactAt: c.Compact.Threshold,
+		BackgroundTimeout: c.BackgroundTimeout,
 	}
 }
 
@@ -431,6 +435,9 @@ func (c *Config) merge(o *Config) {
 	}
 	if o.StallTimeout != 0 {
 		c.StallTimeout = o.StallTimeout
+	}
+	if o.BackgroundTimeout > 0 {
+		c.BackgroundTimeout = o.BackgroundTimeout
 	}
 	for name, p := range o.Providers {
 		cur := c.Providers[name]

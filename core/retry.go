@@ -329,6 +329,9 @@ func (st *stepper) afterFailure(a *Agent, seq int, kind FailureKind, reason stri
 	}
 	limit := st.cfg.RetryAttempts
 	switch {
+	case kind == FailBudget:
+		st.emit(&AgentBlocked{Agent: a.ID, Block: Block{Run: seq, Reason: reason, Kind: kind, Since: st.now}})
+		return fmt.Sprintf("%s is blocked until a person raises the budget (vigil budget, or POST .../budget)", a.Name)
 	case kind != FailTransient:
 		why := blockWords(kind)
 		st.emit(&AgentBlocked{Agent: a.ID, Block: Block{Run: seq, Reason: reason, Kind: kind, Since: st.now}})
@@ -352,8 +355,6 @@ func blockWords(k FailureKind) string {
 		return "the conversation is over the model's context window"
 	case FailAuth:
 		return "the provider refused the API key"
-	case FailBudget:
-		return "a budget is spent; raise it with vigil budget or POST .../budget"
 	}
 	return "the provider refused the request"
 }

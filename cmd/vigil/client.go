@@ -394,7 +394,7 @@ func printStatusView(e *env, st server.StatusView) {
 		}
 		fmt.Fprintln(e.stdout, line)
 	}
-	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s\n", spendLine(st.Spent), budgetLine(st.Budget))
+	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s%s\n", spendLine(st.Spent), budgetLine(st.Budget), remainingLine(st.Budget, st.Spent))
 	printStatus(e, st.Inboxes, true)
 }
 
@@ -963,4 +963,25 @@ func spendLine(s core.Spend) string {
 		line += ", " + core.FormatUSD(s.Cost)
 	}
 	return line
+}
+
+// remainingLine says what a budget has left: "; left: 1200 tokens, 30 rounds".
+func remainingLine(b core.Budget, s core.Spend) string {
+	var parts []string
+	if b.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", max(b.Tokens-s.Tokens(), 0)))
+	}
+	if b.Rounds > 0 {
+		parts = append(parts, fmt.Sprintf("%d rounds", max(b.Rounds-s.Rounds, 0)))
+	}
+	if b.Wall > 0 {
+		parts = append(parts, max(b.Wall-s.Wall, 0).Round(time.Second).String()+" run time")
+	}
+	if b.Cost > 0 {
+		parts = append(parts, core.FormatUSD(max(b.Cost-s.Cost, 0)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; left: " + strings.Join(parts, ", ")
 }
