@@ -222,8 +222,10 @@ func longSessionOverWire(t *testing.T, name string, p provider.Provider, srv *pr
 			took += e.At.Sub(started)
 		}
 	}
-	t.Logf("%s: %d calls of main, %d compactions (%d refused prompts), %d prompt tokens per compaction, %s per compaction; %d repeats refused",
-		name, main.Runs[0].Calls, compactions, over, compactTokens/int64(max(compactions, 1)), (took / time.Duration(max(compactions, 1))).Round(time.Microsecond), m.refusals)
+	u := main.Tree.Usage
+	t.Logf("%s: %d calls of main, %d compactions (%d refused prompts), %d prompt tokens per compaction, %s per compaction; %d repeats refused; session tokens: input %d, cache read %d, cache write %d, output %d",
+		name, main.Runs[0].Calls, compactions, over, compactTokens/int64(max(compactions, 1)), (took / time.Duration(max(compactions, 1))).Round(time.Microsecond), m.refusals,
+		u.InputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.OutputTokens)
 }
 
 // A session of 320 tool rounds over the Anthropic wire, on a window vigil

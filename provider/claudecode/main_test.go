@@ -27,8 +27,9 @@ func TestMain(m *testing.M) {
 // entry a line), then reads stream-json lines from stdin:
 //   - a control request is answered with success;
 //   - the user message "replay" prints the lines of $FAKE_SCRIPT;
-//   - "ask" sends a control request of its own and reports the answer it
-//     got in a result frame;
+//   - "ask" sends a permission request (can_use_tool), "ask-other" a
+//     control request of another kind; each reports the answer it got in
+//     a result frame (its error, empty for a success);
 //   - "crash" writes to stderr and exits with status 3;
 //   - "stubborn" ignores SIGTERM and stdin's end from then on.
 //
@@ -70,7 +71,9 @@ func fakeCLI() int {
 			}
 			out.Write(b)
 		case l.Message.Content == "ask":
-			fmt.Fprintln(out, `{"type":"control_request","request_id":"cli-1","request":{"subtype":"can_use_tool","tool_name":"Bash"}}`)
+			fmt.Fprintln(out, `{"type":"control_request","request_id":"cli-1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}`)
+		case l.Message.Content == "ask-other":
+			fmt.Fprintln(out, `{"type":"control_request","request_id":"cli-2","request":{"subtype":"initialize"}}`)
 		case l.Message.Content == "crash":
 			out.Flush()
 			fmt.Fprintln(os.Stderr, "fatal: something broke")

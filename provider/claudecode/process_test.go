@@ -200,9 +200,15 @@ func TestProcessArgsAndEnv(t *testing.T) {
 		t.Errorf("bypass as root without IS_SANDBOX=1")
 	}
 	d := New(Options{})
-	for mode, want := range map[core.PermissionMode]string{core.PermAcceptEdits: "--permission-mode acceptEdits", core.PermAuto: "--permission-mode auto", core.PermAsk: ""} {
+	// Where the CLI would ask a person, it asks vigil (stdio control
+	// requests).
+	for mode, want := range map[core.PermissionMode]string{
+		core.PermAcceptEdits: "--permission-mode acceptEdits --permission-prompt-tool stdio",
+		core.PermAuto:        "--permission-mode auto",
+		core.PermAsk:         "--verbose --permission-prompt-tool stdio",
+	} {
 		got := strings.Join(d.args(&provider.SessionStart{PermissionMode: mode}), " ")
-		if want != "" && !strings.Contains(got, want) || want == "" && strings.Contains(got, "permission") {
+		if !strings.Contains(got, want) || mode == core.PermAuto && strings.Contains(got, "prompt-tool") {
 			t.Errorf("mode %s: args %q", mode, got)
 		}
 	}
@@ -229,16 +235,39 @@ func TestProcessCloseEscalates(t *testing.T) {
 	}
 }
 
-// A control request of the CLI is answered with an error, so the CLI does
-// not wait for a host that is not there.
-func TestProcessRefusesControlRequests(t *testing.T) {
+// A permission request of the CLI (can_use_tool) reaches vigil as an
+// ExternalPermission, and the answer goes back as a control response; a
+// control request vigil does not serve is answered with an error, so the
+// CLI never waits for a host that is not there.
+func TestProcessControlRequests(t *testing.T) {
 	f := startFake(t, provider.SessionStart{}, nil)
 	if err := f.proc.Deliver("ask", core.PriorityNext); err != nil {
 		t.Fatal(err)
 	}
-	got := f.until("the fake's report", isTurnEnd)
-	end := got[len(got)-1].(core.ExternalTurnEnded)
-	if !strings.Contains(end.Result, "vigil does not answer can_use_tool requests") {
+	got := f.until("the permission request", func(in core.Input) bool { _, ok := in.(core.ExternalPermission); return ok })
+	ask := got[len(got)-1].(core.ExternalPermission)
+	if ask.Request != "cli-1" || ask.Tool != "Bash" || ask.Agent != core.MainAgent {
+		t.Fatalf("request %+v", ask)
+	}
+	if err := f.proc.AnswerPermission("cli-9", true, ""); err == nil {
+		t.Fatal("an answer to a request the CLI never made was sent")
+	}
+	if err := f.proc.AnswerPermission("cli-1", false, "denied by test"); err != nil {
+		t.Fatal(err)
+	}
+	got = f.until("the fake's report", isTurnEnd)
+	if end := got[len(got)-1].(core.ExternalTurnEnded); end.Result != "answer: " {
+		t.Fatalf("result %q: the CLI did not get a success response", end.Result)
+	}
+	if err := f.proc.AnswerPermission("cli-1", true, ""); err == nil {
+		t.Fatal("a request was answered twice")
+	}
+	// Anything else is refused.
+	if err := f.proc.Deliver("ask-other", core.PriorityNext); err != nil {
+		t.Fatal(err)
+	}
+	got = f.until("the refusal", isTurnEnd)
+	if end := got[len(got)-1].(core.ExternalTurnEnded); !strings.Contains(end.Result, "vigil does not answer initialize requests") {
 		t.Fatalf("result %q", end.Result)
 	}
 }
