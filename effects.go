@@ -90,10 +90,10 @@ func (a *actor) startCall(ef core.CallModel) {
 	req := &provider.Request{
 		CallID: string(a.id) + "/" + string(ef.Call), Session: string(a.id), Agent: string(ef.Agent),
 		AgentName: ef.AgentName, Model: ef.Model, System: systemPrompt(a.state, ef), Messages: ef.Messages,
+		// A compaction request keeps the tools: its prompt holds tool
+		// calls and results, which the Anthropic API refuses without the
+		// tools' definitions, and the same tools keep the cached prefix.
 		Tools: tool.Specs(), Purpose: ef.Purpose,
-	}
-	if ef.Purpose == core.PurposeCompact {
-		req.Tools = nil // a summary calls no tools
 	}
 	go func() {
 		if p == nil {

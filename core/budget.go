@@ -201,10 +201,13 @@ func (st *stepper) overBudget(a *Agent) string {
 
 // budgetStop ends a's run over a budget and blocks the agent until a
 // person raises the budget or releases it.
-func (st *stepper) budgetStop(a *Agent, why string) {
+func (st *stepper) budgetStop(a *Agent, why string) { st.budgetStopWith(a, "", why) }
+
+// budgetStopWith is budgetStop for a run that has a reply.
+func (st *stepper) budgetStopWith(a *Agent, reply, why string) {
 	seq := a.Run.Seq
 	st.stopped = true
-	st.endRunFailed(a, RunBudgetExceeded, "", "budget exceeded: "+why, FailBudget)
+	st.endRunFailed(a, RunBudgetExceeded, reply, "budget exceeded: "+why, FailBudget)
 	if a.Blocked == nil && a.State != AgentClosed && !st.s.Session.Closed {
 		st.emit(&AgentBlocked{Agent: a.ID, Block: Block{Run: seq, Reason: "budget exceeded: " + why, Kind: FailBudget, Since: st.now}})
 	}

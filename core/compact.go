@@ -12,7 +12,8 @@ import (
 // provider reported for its last round, plus an estimate of what was added
 // since (chat.EstimateTokens). Past Config.CompactAt of the model's window,
 // or when the provider refuses a prompt as too long, the agent's next round
-// starts with a compaction: a model call that summarises the older turns.
+// starts with a compaction: a model call that summarises the older turns
+// (with the same tools, which it is asked not to call).
 // The transcript keeps everything; what is sent changes: a header (the
 // summary and a task ledger built from vigil's state, not from the summary)
 // and the transcript from the cut on. The cut is at an answer of the model,

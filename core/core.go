@@ -892,7 +892,7 @@ func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText strin
 		st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: results}})
 	}
 	if st.external(a) {
-		st.withdrawExternal(a, "", "the provider's turn ended ("+why+")")
+		st.denyExternalOfRun(a, r.Seq, "the turn ended ("+why+")")
 	}
 	pending := slices.Clone(r.PendingSends)
 	task := a.Task
@@ -905,6 +905,14 @@ func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText strin
 			errText = string(status)
 		}
 		errText += "; " + words
+	}
+	// A message told it joins this run that is still in the inbox did not
+	// join it (the run ended before its next round): the next run answers.
+	for _, it := range a.Inbox {
+		if m := st.s.Msgs[it.Msg]; m != nil && m.Outcome == OutcomeJoined && m.Run == r.Seq && m.AnsweredBy == 0 {
+			st.emit(&MessageResolved{Msg: m.ID, Outcome: OutcomeQueuedBehindStop, Run: r.Seq,
+				Reason: fmt.Sprintf("run %d ended %s before its next model round; run %d answers it", r.Seq, status, r.Seq+1)})
+		}
 	}
 	st.emit(&RunEnded{Agent: a.ID, Seq: r.Seq, Status: status, Reply: reply, Error: errText})
 	sum := a.Runs[len(a.Runs)-1]

@@ -465,9 +465,18 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 	}
 	if a.Run == nil {
 		// The process began a turn on its own: record it at once. Its
-		// model is reachable again: a block or backoff ends.
-		st.release(a, "a turn the provider process began")
+		// model is reachable again: a block or backoff ends, but not a
+		// spent budget's.
+		if a.Blocked == nil || a.Blocked.Kind != FailBudget {
+			st.release(a, "a turn the provider process began")
+		}
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
+		if why := st.overBudget(a); why != "" {
+			// Over a budget: the turn is asked to end at once.
+			st.drop("turn "+a.Name+"#"+itoa(a.Run.Seq), "budget-exceeded", why)
+			st.emit(&RunCancelling{Agent: a.ID, Deadline: st.now.Add(cancelTimeout), Reason: "budget exceeded: " + why})
+			st.effect(Interrupt{Agent: a.ID})
+		}
 	}
 	st.ackTurn(a)
 	st.heard(a)
@@ -551,6 +560,13 @@ func (st *stepper) externalTurnEnded(in ExternalTurnEnded) {
 	if in.Usage != (chat.Usage{}) {
 		cost, priced := st.roundCost(a, in.Usage)
 		st.emit(&ModelCallEnded{Agent: a.ID, Call: "", Outcome: "completed", Usage: in.Usage, Cost: cost, Unpriced: !priced})
+	}
+	if why := st.overBudget(a); why != "" {
+		// The turn spent a budget (or was asked to end over one): it ends
+		// so, its reply kept, and the agent takes no more until the
+		// budget is raised.
+		st.budgetStopWith(a, in.Result, why)
+		return
 	}
 	switch {
 	case !a.Run.Cancelling.IsZero():

@@ -214,7 +214,8 @@ type CallModel struct {
 	Provider  string
 	Model     string
 	// Purpose is PurposeCompact for a call that asks for a summary of the
-	// agent's older turns (sent without tools); empty for a round.
+	// agent's older turns (its answer's tool calls are ignored); empty for
+	// a round.
 	Purpose string
 	// Messages is what to send: the transcript, or after a compaction its
 	// header and the turns kept. It may share memory with the state and

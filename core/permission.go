@@ -60,7 +60,8 @@ func (st *stepper) externalPermission(in ExternalPermission) {
 }
 
 // withdrawExternal ends the external approvals of agent a that match
-// (all of them when request is empty): nobody waits for their answer.
+// (all of them when request is empty): the process no longer waits for
+// their answer (it withdrew them, or it is gone).
 func (st *stepper) withdrawExternal(a *Agent, request, why string) {
 	for _, id := range sortedApprovals(st.s) {
 		p := st.s.Approvals[id]
@@ -68,4 +69,27 @@ func (st *stepper) withdrawExternal(a *Agent, request, why string) {
 			st.emit(&ApprovalResolved{Approval: p.ID, Allow: false, Reason: why})
 		}
 	}
+}
+
+// denyExternalOfRun answers no to the external approvals a's run seq
+// asked, when vigil ends that run: the process may still wait for them.
+// Requests of the process's background subagents (asked between a's
+// turns, run 0) stay for a person.
+func (st *stepper) denyExternalOfRun(a *Agent, seq int, why string) {
+	for _, id := range sortedApprovals(st.s) {
+		if p := st.s.Approvals[id]; p.Agent == a.ID && p.External != "" && p.Run == seq {
+			st.resolveApproval(p, false, "", why)
+		}
+	}
+}
+
+// awaitsPerson reports whether a waits for a person's answer to a request
+// of its provider process.
+func (st *stepper) awaitsPerson(a *Agent) bool {
+	for _, p := range st.s.Approvals {
+		if p.Agent == a.ID && p.External != "" {
+			return true
+		}
+	}
+	return false
 }

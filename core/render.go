@@ -124,8 +124,10 @@ func (st *stepper) renderOutcome(m *Msg) string {
 		res["agent"] = target.Name
 		res["agent_id"] = target.ID
 	}
+	// The notifications of the target's runs go to its owner: promised
+	// only to a sender that owns it (or to the user, who sees them all).
 	note := func(run int) string {
-		if target == nil || target.Task == "" {
+		if target == nil || target.Task == "" || (m.From != "user" && m.From != string(target.Owner)) {
 			return ""
 		}
 		return NoteKey{Task: target.Task, Run: run}.String()
@@ -168,8 +170,10 @@ func (st *stepper) renderOutcome(m *Msg) string {
 		if k := note(m.Run); k != "" {
 			res["notifications"] = []string{k, note(m.Run + 1)}
 			detail += fmt.Sprintf(" Either way the notification that answers (%s or %s) lists %s in its answered messages; you need not wait or ask.", k, note(m.Run+1), m.ID)
-		} else {
+		} else if target.Task == "" {
 			detail += fmt.Sprintf(" %s's runs send no notification; its answer comes only if it writes to you.", target.Name)
+		} else {
+			detail += fmt.Sprintf(" %s's runs notify its owner, not you; its answer comes only if it writes to you.", target.Name)
 		}
 	case OutcomeResumed:
 		res["run"] = m.Run

@@ -866,6 +866,12 @@ func (st *stepper) tick() {
 			continue
 		}
 		if d := a.Run.Expect; !d.IsZero() && !d.After(st.now) && a.Run.Cancelling.IsZero() {
+			if st.awaitsPerson(a) {
+				// The process waits for a person's answer, which has a
+				// deadline of its own: not silence.
+				st.heard(a)
+				continue
+			}
 			st.providerSilent(a)
 			continue
 		}

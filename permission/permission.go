@@ -101,10 +101,11 @@ func Decide(mode string, allow, deny []string, tool string, input json.RawMessag
 // of a Bash call, the path of a file tool, the pattern of a search.
 func Subject(tool string, input json.RawMessage) string {
 	var in struct {
-		Command  string `json:"command"`
-		FilePath string `json:"file_path"`
-		Path     string `json:"path"`
-		Pattern  string `json:"pattern"`
+		Command      string `json:"command"`
+		FilePath     string `json:"file_path"`
+		NotebookPath string `json:"notebook_path"`
+		Path         string `json:"path"`
+		Pattern      string `json:"pattern"`
 	}
 	_ = json.Unmarshal(input, &in)
 	switch {
@@ -112,6 +113,8 @@ func Subject(tool string, input json.RawMessage) string {
 		return in.Command
 	case in.FilePath != "":
 		return in.FilePath
+	case in.NotebookPath != "":
+		return in.NotebookPath
 	case in.Path != "":
 		return in.Path
 	}
@@ -131,15 +134,30 @@ func Describe(tool string, input json.RawMessage) string {
 }
 
 // RuleFor returns the narrowest allow rule that allows this call again:
-// the tool and its whole subject, e.g. "Bash(go test ./...)" (an allow
-// rule that spells the whole command allows exactly it), or the bare tool
-// when the call has no subject. A subject with * cannot be spelled
-// exactly (it would be a wildcard), nor one with a parenthesis or a line
-// break: RuleFor refuses those.
+// the tool and its whole subject as rules match it (the trimmed command,
+// the cleaned path), e.g. "Bash(go test ./...)": an allow rule that spells
+// the whole command allows exactly it. A call with no input gets the bare
+// tool. RuleFor refuses what a rule cannot spell exactly: a call whose
+// input has no command or path (a URL, an MCP tool's arguments: the bare
+// tool would allow every call of it), and a subject with *, a parenthesis
+// or a line break.
 func RuleFor(tool string, input json.RawMessage) (string, error) {
 	s := Subject(tool, input)
 	if s == "" {
-		return tool, nil
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(input, &fields) == nil && len(fields) == 0 || len(strings.TrimSpace(string(input))) == 0 {
+			return tool, nil
+		}
+		return "", fmt.Errorf("a rule names only a command or a path, and this %s call has neither: the rule would allow every %s call", tool, tool)
+	}
+	switch {
+	case tool == "Bash":
+		s = strings.TrimSpace(s)
+	case isPathTool(tool):
+		s = cleanPath(s)
+		if s == ".." || strings.HasPrefix(s, "../") {
+			return "", fmt.Errorf("the path %q climbs out of the working directory", s)
+		}
 	}
 	if strings.ContainsAny(s, "*()\n\r") {
 		return "", fmt.Errorf("%q has a character (* ( ) or a line break) a rule cannot spell exactly", s)
@@ -233,7 +251,7 @@ func matchDeny(rule, tool, subject string) bool {
 
 func isPathTool(tool string) bool {
 	switch tool {
-	case "Read", "Write", "Edit", "Glob", "Grep":
+	case "Read", "Write", "Edit", "MultiEdit", "NotebookEdit", "Glob", "Grep":
 		return true
 	}
 	return false

@@ -95,6 +95,9 @@ func TestRuleFor(t *testing.T) {
 		{"Bash", `{"command":"go test ./..."}`, "Bash(go test ./...)", `{"command":"go test ./... && rm -rf /"}`},
 		{"Write", `{"file_path":"src/a.go","content":"x"}`, "Write(src/a.go)", `{"file_path":"src/b.go"}`},
 		{"WebFetch", `{}`, "WebFetch", ""},
+		{"Write", `{"file_path":"./notes.txt"}`, "Write(notes.txt)", `{"file_path":"notes2.txt"}`},
+		{"Bash", `{"command":"  make  "}`, "Bash(make)", `{"command":"make install"}`},
+		{"MultiEdit", `{"file_path":"src/a.go"}`, "MultiEdit(src/a.go)", `{"file_path":"src/../../home/u/.bashrc"}`},
 	} {
 		rule, err := RuleFor(c.tool, json.RawMessage(c.input))
 		if err != nil || rule != c.rule {
@@ -113,6 +116,12 @@ func TestRuleFor(t *testing.T) {
 	for _, in := range []string{`{"command":"rm *.tmp"}`, `{"command":"echo a\nrm b"}`, `{"command":"(cd x)"}`} {
 		if rule, err := RuleFor("Bash", json.RawMessage(in)); err == nil {
 			t.Errorf("RuleFor(%s) = %q, want a refusal", in, rule)
+		}
+	}
+	// No command or path: the bare tool would allow every call of it.
+	for _, c := range [][2]string{{"WebFetch", `{"url":"https://example.com/x"}`}, {"mcp__db__run", `{"sql":"select 1","database":"dev"}`}, {"Write", `{"file_path":"../x"}`}} {
+		if rule, err := RuleFor(c[0], json.RawMessage(c[1])); err == nil {
+			t.Errorf("RuleFor(%s %s) = %q, want a refusal", c[0], c[1], rule)
 		}
 	}
 }

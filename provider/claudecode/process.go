@@ -485,6 +485,15 @@ func (p *process) controlRequest(line []byte) {
 	var f controlRequestFrame
 	if err := json.Unmarshal(line, &f); err != nil {
 		p.m.undecodable(header{Type: "control_request"}, err)
+		// Answer what can be answered, so that the CLI does not wait.
+		var id struct {
+			RequestID string `json:"request_id"`
+		}
+		if json.Unmarshal(line, &id) == nil && id.RequestID != "" {
+			f = controlRequestFrame{RequestID: id.RequestID}
+			f.Request.Subtype = "undecodable"
+			p.refuseControl(f)
+		}
 		return
 	}
 	if f.Request.Subtype == "can_use_tool" && f.RequestID != "" && f.Request.ToolName != "" {
