@@ -147,6 +147,7 @@ type stallBody struct {
 	w  *stallWatch
 }
 
+// Read implements io.Reader, restarting the stall timer on every byte.
 func (b *stallBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -158,6 +159,7 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close implements io.Closer and stops the stall timer.
 func (b *stallBody) Close() error {
 	err := b.rc.Close()
 	b.w.stop()
