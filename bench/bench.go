@@ -109,6 +109,21 @@ func open(ctx context.Context, cfg Config, m provider.Provider) (*vigil.Runtime,
 	})
 }
 
+// runSession runs one bypass-mode session with prompt "go" on a runtime
+// whose only provider is m, until it is quiescent.
+func runSession(ctx context.Context, cfg Config, m provider.Provider, cwd string) error {
+	rt, err := open(ctx, cfg, m)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Cwd: cwd, Permissions: core.Permissions{Mode: core.PermBypass}})
+	if err != nil {
+		return err
+	}
+	return rt.WaitQuiescent(ctx, string(sess.ID))
+}
+
 // WakeLatencyBash measures, N times, the time from a background shell
 // task's completion to its owner's next model request. The command's last
 // step writes the time (date +%s%N), as in the Claude Code measurement the
@@ -146,16 +161,7 @@ func WakeLatencyBash(ctx context.Context, cfg Config) (Stats, error) {
 		cmd := fmt.Sprintf("sleep 0.02; date +%%s%%N > %s", filepath.Join(dir, fmt.Sprintf("done-%d", n)))
 		return chat.Response{Content: []chat.Block{toolUse(fmt.Sprintf("b%d", n), "Bash", map[string]any{"command": cmd, "run_in_background": true})}, StopReason: chat.StopToolUse}
 	}}
-	rt, err := open(ctx, cfg, m)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer rt.Close()
-	sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Cwd: dir, Permissions: core.Permissions{Mode: core.PermBypass}})
-	if err != nil {
-		return Stats{}, err
-	}
-	if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+	if err := runSession(ctx, cfg, m, dir); err != nil {
 		return Stats{}, err
 	}
 	mu.Lock()
@@ -204,16 +210,7 @@ func WakeLatencyAgent(ctx context.Context, cfg Config) (Stats, error) {
 			"to": "worker", "message": "again",
 		})}, StopReason: chat.StopToolUse}
 	}}
-	rt, err := open(ctx, cfg, m)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer rt.Close()
-	sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Permissions: core.Permissions{Mode: core.PermBypass}})
-	if err != nil {
-		return Stats{}, err
-	}
-	if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+	if err := runSession(ctx, cfg, m, ""); err != nil {
 		return Stats{}, err
 	}
 	mu.Lock()

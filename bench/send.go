@@ -8,9 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 )
 
@@ -89,16 +87,7 @@ func SendLatency(ctx context.Context, cfg Config) (Stats, error) {
 			"to": "worker", "message": fmt.Sprintf("note %d", n),
 		})}, StopReason: chat.StopToolUse}
 	}
-	rt, err := open(ctx, cfg, m)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer rt.Close()
-	sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Permissions: core.Permissions{Mode: core.PermBypass}})
-	if err != nil {
-		return Stats{}, err
-	}
-	if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+	if err := runSession(ctx, cfg, m, ""); err != nil {
 		return Stats{}, err
 	}
 	mu.Lock()

@@ -160,53 +160,6 @@ func TestPurposeHeader(t *testing.T) {
 	}
 }
 
-// memTransport answers each attempt in memory with the next of its
-// bodies: the fake server's real sockets do not work inside a synctest
-// bubble.
-type memTransport struct {
-	bodies []func(ctx context.Context) io.ReadCloser
-	n      int
-}
-
-func (m *memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	io.Copy(io.Discard, r.Body)
-	r.Body.Close()
-	if m.n >= len(m.bodies) {
-		return nil, fmt.Errorf("memTransport: no body for attempt %d", m.n+1)
-	}
-	body := m.bodies[m.n](r.Context())
-	m.n++
-	return &http.Response{
-		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r, Body: body,
-		Header: http.Header{"Content-Type": {"text/event-stream"}},
-	}, nil
-}
-
-// quietBody sends data, then blocks until ctx ends, like a connection
-// that went dead.
-type quietBody struct {
-	ctx  context.Context
-	data *strings.Reader
-}
-
-func (b *quietBody) Read(p []byte) (int, error) {
-	if b.data.Len() > 0 {
-		return b.data.Read(p)
-	}
-	<-b.ctx.Done()
-	return 0, b.ctx.Err()
-}
-
-func (b *quietBody) Close() error { return nil }
-
-func quiet(data string) func(context.Context) io.ReadCloser {
-	return func(ctx context.Context) io.ReadCloser { return &quietBody{ctx: ctx, data: strings.NewReader(data)} }
-}
-
-func whole(data string) func(context.Context) io.ReadCloser {
-	return func(context.Context) io.ReadCloser { return io.NopCloser(strings.NewReader(data)) }
-}
-
 const (
 	sseStart = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
@@ -227,7 +180,7 @@ func memProvider(tr http.RoundTripper, stall time.Duration) *anthropic.Provider 
 
 func TestStalledStreamIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := &memTransport{bodies: []func(context.Context) io.ReadCloser{quiet(sseStart), whole(sseStart + sseEnd)}}
+		tr := &providertest.MemTransport{Bodies: []func(context.Context) io.ReadCloser{providertest.Quiet(sseStart), providertest.Whole(sseStart + sseEnd)}}
 		start := time.Now()
 		r := run(context.Background(), memProvider(tr, 0), simpleRequest())
 		if r.err != nil {
@@ -247,7 +200,7 @@ func TestStalledStreamIsRetried(t *testing.T) {
 
 func TestStalledStreamRetriesExhausted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := &memTransport{bodies: []func(context.Context) io.ReadCloser{quiet(sseStart), quiet(""), quiet(sseStart)}}
+		tr := &providertest.MemTransport{Bodies: []func(context.Context) io.ReadCloser{providertest.Quiet(sseStart), providertest.Quiet(""), providertest.Quiet(sseStart)}}
 		r := run(context.Background(), memProvider(tr, 30*time.Second), simpleRequest())
 		pe := providerError(t, r.err)
 		if pe.Kind != provider.ErrStalled || !pe.Retryable || pe.Attempts != 3 || pe.Message != "no bytes for 30s" {
@@ -264,7 +217,7 @@ func TestStalledStreamRetriesExhausted(t *testing.T) {
 
 func TestStallDetectionOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := &memTransport{bodies: []func(context.Context) io.ReadCloser{quiet(sseStart)}}
+		tr := &providertest.MemTransport{Bodies: []func(context.Context) io.ReadCloser{providertest.Quiet(sseStart)}}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		r := run(ctx, memProvider(tr, -1), simpleRequest())
