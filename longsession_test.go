@@ -223,6 +223,11 @@ func longSessionOverWire(t *testing.T, name string, p provider.Provider, srv *pr
 		}
 	}
 	u := main.Tree.Usage
+	// Usage is kept by kind: over the Anthropic wire the prompt cache is
+	// read (cache_control on the stable prefix), and counted.
+	if name == "anthropic" && (u.CacheReadTokens == 0 || u.CacheReadTokens < u.CacheWriteTokens) {
+		t.Errorf("cache tokens: read %d, written %d", u.CacheReadTokens, u.CacheWriteTokens)
+	}
 	t.Logf("%s: %d calls of main, %d compactions (%d refused prompts), %d prompt tokens per compaction, %s per compaction; %d repeats refused; session tokens: input %d, cache read %d, cache write %d, output %d",
 		name, main.Runs[0].Calls, compactions, over, compactTokens/int64(max(compactions, 1)), (took / time.Duration(max(compactions, 1))).Round(time.Microsecond), m.refusals,
 		u.InputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.OutputTokens)

@@ -125,3 +125,54 @@ func TestSiblingSendIsNotPromisedTheOwnersNotification(t *testing.T) {
 		t.Fatalf("w2 was told: %s", res)
 	}
 }
+
+// Issue 10's "Why": a ScheduleWakeup with delay 0 looped for ever (230,600
+// events in 90 s), and a hold did not stop it. Under a budget the loop
+// ends by itself, held or not: a run ends budget_exceeded and the session
+// is quiescent with main blocked.
+func TestWakeupLoopEndsUnderTheBudgetEvenHeld(t *testing.T) {
+	h := newHarness(t, Config{Budget: Budget{Rounds: 40}})
+	h.step(UserPrompt{Text: "keep checking"})
+	h.step(HoldQueue{By: "user"})
+	main := h.s.Agents[MainAgent]
+	for i := 0; i < 200 && main.Blocked == nil; i++ {
+		if main.Run == nil {
+			h.step(Tick{}) // the wakeup is due at once
+			continue
+		}
+		c := h.pending("main")
+		if strings.Contains(lastUser(c), "timer_id") {
+			h.answer("main", chat.Text("sleeping"))
+			continue
+		}
+		h.answer("main", use("w", "ScheduleWakeup", map[string]any{"prompt": "check again", "delay_seconds": 0}))
+	}
+	last := main.Runs[len(main.Runs)-1]
+	if main.Blocked == nil || main.Blocked.Kind != FailBudget || last.Status != RunBudgetExceeded || !strings.Contains(last.Error, "model rounds 40 of 40") {
+		t.Fatalf("the loop did not end under the budget: blocked %+v, last run %+v", main.Blocked, last)
+	}
+	if main.Tree.Rounds != 40 || !h.s.Quiescent() {
+		t.Fatalf("rounds %d, quiescent %v", main.Tree.Rounds, h.s.Quiescent())
+	}
+}
+
+// Issue 10's "Why": a shell task's notification named a path relative to
+// vigil's data directory, which Read cannot open, and notifications reached
+// the model without saying they are not user input.
+func TestNotificationPathAndFraming(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.step(UserPrompt{Text: "build"})
+	h.answer("main", use("b1", "Bash", map[string]any{"command": "make", "run_in_background": true}))
+	started := lastUser(h.pending("main"))
+	h.answer("main", chat.Text("waiting"))
+	h.step(ProcessExited{Task: "t1", ExitCode: 0, Tail: "ok"})
+	note := lastUser(h.pending("main"))
+	for _, text := range []string{started, note} {
+		if strings.Contains(text, "tasks/t1.output") || !strings.Contains(text, `TaskOutput {\"task_id\": \"t1\"}`) && !strings.Contains(text, `TaskOutput {"task_id": "t1"}`) {
+			t.Errorf("the model is given a path it cannot open, or no TaskOutput pointer: %s", text)
+		}
+	}
+	if !strings.HasPrefix(note, "<task-notification>\n[SYSTEM NOTIFICATION - NOT USER INPUT]") || !strings.Contains(note, "not approval or consent") {
+		t.Errorf("the notification is not framed as not user input: %s", note)
+	}
+}
