@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
 )
@@ -53,6 +54,10 @@ type actor struct {
 	retryT    Timer
 
 	moved bool // the lease was lost
+	// movedErr is why, when it is not another node's doing (the lease
+	// lapsed during a store outage): requests get it instead of
+	// ErrSessionMoved.
+	movedErr error
 
 	sinceSnap int
 	// snapBytes is the size of the last snapshot: a large state is
@@ -81,7 +86,8 @@ func (a *actor) start() {
 }
 
 // stop ends the actor after the step in progress; effects in flight are
-// cancelled, processes are left to be recovered (they die with vigil).
+// cancelled and the session's commands are stopped, to be recovered as
+// interrupted.
 func (a *actor) stop() {
 	select {
 	case <-a.quit:
@@ -141,11 +147,14 @@ func (a *actor) shutdown() {
 	for _, x := range a.ext {
 		x.stop()
 	}
-	if a.moved {
-		// The successor marks our processes interrupted; end them.
-		for _, p := range a.procs {
-			p.Stop()
-		}
+	// Nothing outlives its process (rule 7): the session's commands end
+	// with it here, whether the runtime closes or a successor owns the
+	// session now; whoever recovers it marks their tasks interrupted.
+	for _, p := range a.procs {
+		p.Stop()
+	}
+	for _, p := range a.procs {
+		<-p.Done()
 	}
 }
 
@@ -173,6 +182,13 @@ func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) 
 // submitEffect hands an effect's outcome to the actor. It never fails: if
 // the actor is gone the outcome is recovered at the next start.
 func (a *actor) submitEffect(in core.Input) {
+	// Outcomes are kept whatever they hold: text no store can keep (a NUL
+	// byte a command printed) is replaced before the core sees it, so the
+	// state and the store agree.
+	if c, changed := textcheck.Clean(in); changed {
+		a.rt.log.Debug("an outcome held NUL bytes or invalid UTF-8; replaced with U+FFFD", "session", a.id, "input", fmt.Sprintf("%T", in))
+		in = c
+	}
 	select {
 	case a.reqs <- request{input: in, effect: true}:
 	case <-a.done:
@@ -210,9 +226,13 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 // process steps a batch of inputs and commits their events in one append.
 func (a *actor) process(batch []request) {
 	if a.moved {
+		why := a.movedErr
+		if why == nil {
+			why = ErrSessionMoved
+		}
 		for _, r := range batch {
 			if r.reply != nil {
-				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, ErrSessionMoved)}
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, why)}
 			}
 		}
 		return
@@ -356,6 +376,9 @@ func (a *actor) commitFailed(batch []request, err error) {
 		go a.stop()
 		return
 	}
+	if errors.Is(err, store.ErrRefused) && a.refused(batch, err) {
+		return
+	}
 	a.poisoned = err
 	a.rt.log.Error("commit failed; session paused until the store accepts writes", "session", a.id, "err", err)
 	for _, r := range batch {
@@ -367,6 +390,83 @@ func (a *actor) commitFailed(batch []request, err error) {
 		}
 	}
 	a.scheduleRetry()
+}
+
+// refused handles a commit the store refused for good (ErrRefused): what
+// the batch held can never be written as it is, and retrying it would jam
+// the session (an input of the batch would be refused at every retry). The
+// state is reloaded and each input is stepped and committed alone: the ones
+// the store takes go on; an API request it refuses gets an error, and an
+// effect outcome it refuses is replaced by its failure (refusedInput), so
+// the run that waits on it goes on. It reports false when the store failed
+// otherwise on the way; the caller then pauses the session as for any
+// failure.
+func (a *actor) refused(batch []request, cause error) bool {
+	a.rt.log.Error("the store refused a commit for good; stepping its inputs one by one", "session", a.id, "err", cause)
+	for i, r := range batch {
+		if r.fn != nil {
+			continue // process runs the batch's reads after the commit
+		}
+		s, err := loadState(a.ctx, a.rt.st, string(a.id))
+		if err != nil {
+			a.commitFailed(batch[i:], err)
+			return true
+		}
+		a.state = s
+		in := r.input
+		for attempt := 0; ; attempt++ {
+			out := a.rt.core.Step(a.state, a.rt.clock.Now(), in)
+			var err error
+			if len(out.Events) > 0 {
+				_, err = a.commit(a.ctx, out.Events)
+			}
+			if err == nil {
+				if r.reply != nil {
+					r.reply <- out
+				}
+				a.after(out.Events, out.Effects)
+				break
+			}
+			if !errors.Is(err, store.ErrRefused) {
+				a.commitFailed(batch[i:], err)
+				return true
+			}
+			refusal := err
+			if a.state, err = loadState(a.ctx, a.rt.st, string(a.id)); err != nil {
+				a.commitFailed(batch[i:], err)
+				return true
+			}
+			var ok bool
+			if r.effect && attempt == 0 {
+				in, ok = refusedInput(in, refusal)
+			}
+			if !ok {
+				a.rt.log.Error("the store refused a step; it was dropped", "session", a.id, "input", fmt.Sprintf("%T", r.input), "err", refusal)
+				if r.reply != nil {
+					r.reply <- core.Output{Err: &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("session %s: the store refused this request for good (nothing of it was kept): %v", a.id, refusal)}}
+				}
+				break
+			}
+			a.rt.log.Error("the store refused an outcome; recording its failure instead", "session", a.id, "input", fmt.Sprintf("%T", r.input), "err", refusal)
+		}
+	}
+	return true
+}
+
+// refusedInput is the failure that stands for an effect outcome the store
+// refused, so that what waits on the outcome is answered.
+func refusedInput(in core.Input, err error) (core.Input, bool) {
+	why := fmt.Sprintf("vigil could not store this outcome (%v); it is lost", err)
+	switch in := in.(type) {
+	case core.ModelResponded:
+		return core.ModelFailed{Agent: in.Agent, Call: in.Call, Error: "the model's reply: " + why, Kind: core.FailTransient}, true
+	case core.ToolDone:
+		return core.ToolDone{Agent: in.Agent, UseID: in.UseID, Result: "Error: the tool's result: " + why, IsError: true}, true
+	case core.ProcessExited:
+		in.Tail = "[the output's tail: " + why + "]"
+		return in, true
+	}
+	return nil, false
 }
 
 func (a *actor) scheduleRetry() {
@@ -492,16 +592,24 @@ func (a *actor) renew() {
 		// nodes act at once; it is adopted again when the store answers.
 		a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", err)
 		a.moved = true
+		a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", ErrStoreDown, err)
 		go a.stop()
 	default:
 		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err, "lease_expires", a.lease.Expires)
 	}
 }
 
-// killStale ends processes a previous owner of the session left behind.
+// killStale ends processes a previous owner of the session left behind,
+// before recovery reports anything (rule 7: a task is not reported ended
+// while a process of it lives). With cgroups that is every process in the
+// session's groups; without, the process groups of the recorded leaders.
 func (a *actor) killStale() {
+	var groups []string
 	for _, id := range a.state.Order {
 		ag := a.state.Agents[id]
+		if ag.Cgroup != "" {
+			groups = append(groups, ag.Cgroup)
+		}
 		if ag.PID == 0 {
 			continue
 		}
@@ -513,7 +621,13 @@ func (a *actor) killStale() {
 	}
 	for _, id := range a.state.TaskOrder {
 		t := a.state.Tasks[id]
-		if t.Kind != core.TaskShell || !t.Status.Live() || t.PID == 0 {
+		if t.Kind != core.TaskShell || !t.Status.Live() {
+			continue
+		}
+		if t.Cgroup != "" {
+			groups = append(groups, t.Cgroup)
+		}
+		if t.PID == 0 {
 			continue
 		}
 		killed, err := shell.KillStale(t.PID, t.StartTicks)
@@ -523,5 +637,8 @@ func (a *actor) killStale() {
 		case killed:
 			a.rt.log.Warn("ended a process left by the previous vigil", "session", a.id, "task", id, "pid", t.PID)
 		}
+	}
+	if n := a.killSessionGroups(groups); n > 0 {
+		a.rt.log.Warn("ended processes left by the previous vigil", "session", a.id, "processes", n)
 	}
 }

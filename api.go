@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/permission"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
@@ -48,6 +49,9 @@ type SessionParams struct {
 
 // CreateSession creates a session, commits it and starts it.
 func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Session, error) {
+	if err := checkText(p); err != nil {
+		return nil, err
+	}
 	if p.Permissions.Mode == "" {
 		p.Permissions.Mode = core.PermAsk
 	}
@@ -115,7 +119,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	}()
 	lease, err := r.st.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()})
 	if err != nil {
-		return nil, fmt.Errorf("create session: %w", err)
+		return nil, fmt.Errorf("create session: %w", storeDown(err))
 	}
 	s := core.NewState()
 	a := r.newActor(id, s, lease)
@@ -128,7 +132,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 		return nil, out.Err
 	}
 	if _, err := a.commit(ctx, out.Events); err != nil {
-		return nil, fmt.Errorf("create session: %w", err)
+		return nil, fmt.Errorf("create session: %w", storeDown(err))
 	}
 	r.mu.Lock()
 	if r.closed {
@@ -145,6 +149,9 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 }
 
 func (r *Runtime) do(ctx context.Context, session string, in core.Input) (core.Output, error) {
+	if err := checkText(in); err != nil {
+		return core.Output{}, err
+	}
 	a, err := r.actor(session)
 	if err != nil {
 		return core.Output{}, err
@@ -451,4 +458,24 @@ func (r *Runtime) Transcript(ctx context.Context, session, agent string, w io.Wr
 		id = a.ID
 	}
 	return transcript.Write(w, evs, id)
+}
+
+// checkText refuses a request whose text no store can keep (a NUL byte,
+// invalid UTF-8), naming the field, before any of it is stepped.
+func checkText(v any) error {
+	if err := textcheck.Check(v); err != nil {
+		return &core.Error{Code: core.CodeInvalid, Message: err.Error()}
+	}
+	return nil
+}
+
+// storeDown marks an error of a store that cannot be written now
+// (unreachable, full, read-only) as ErrStoreDown, keeping it in the chain.
+func storeDown(err error) error {
+	for _, e := range []error{store.ErrUnavailable, store.ErrFull, store.ErrReadOnly} {
+		if errors.Is(err, e) && !errors.Is(err, ErrStoreDown) {
+			return fmt.Errorf("%w: %w", ErrStoreDown, err)
+		}
+	}
+	return err
 }

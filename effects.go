@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/tool"
@@ -153,9 +154,9 @@ func (a *actor) startTool(ef core.ExecTool) {
 	if a.state.Session.Cwd == "" {
 		roots = nil
 	}
-	dir := a.rt.sessionDir(a.id)
+	env := toolEnv{session: a.id, sessionDir: a.rt.sessionDir(a.id), roots: roots, perms: a.state.Session.Permissions}
 	go func() {
-		res, isErr := a.rt.execTool(ctx, dir, roots, ef)
+		res, isErr := a.rt.execTool(ctx, env, ef)
 		if ctx.Err() != nil {
 			return
 		}
@@ -163,24 +164,33 @@ func (a *actor) startTool(ef core.ExecTool) {
 	}()
 }
 
-func (r *Runtime) execTool(ctx context.Context, sessionDir string, roots []string, ef core.ExecTool) (string, bool) {
+// toolEnv is what a tool call runs with, copied from the session's state
+// on the actor goroutine.
+type toolEnv struct {
+	session    core.SessionID
+	sessionDir string
+	roots      []string
+	perms      core.Permissions
+}
+
+func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (string, bool) {
 	switch ef.Name {
 	case "Bash":
-		return r.execBash(ctx, sessionDir, roots, ef)
+		return r.execBash(ctx, env, ef)
 	case "TaskOutput":
-		return r.execTaskOutput(sessionDir, ef.Input)
+		return r.execTaskOutput(env.sessionDir, ef.Input)
 	case "Read", "Write", "Edit", "Glob", "Grep":
-		if len(roots) == 0 {
+		if len(env.roots) == 0 {
 			return "Error: this session has no working directory; file tools are unavailable", true
 		}
-		ws := tool.Workspace{Roots: roots}
+		ws := tool.Workspace{Roots: env.roots}
 		return ws.Exec(ctx, ef.Name, ef.Input)
 	default:
 		return fmt.Sprintf("Error: unknown tool %q", ef.Name), true
 	}
 }
 
-func (r *Runtime) execBash(ctx context.Context, sessionDir string, roots []string, ef core.ExecTool) (string, bool) {
+func (r *Runtime) execBash(ctx context.Context, env toolEnv, ef core.ExecTool) (string, bool) {
 	var in struct {
 		Command string `json:"command"`
 		Timeout int64  `json:"timeout"`
@@ -193,11 +203,12 @@ func (r *Runtime) execBash(ctx context.Context, sessionDir string, roots []strin
 		timeout = min(time.Duration(in.Timeout)*time.Millisecond, 10*time.Minute)
 	}
 	dir := ""
-	if len(roots) > 0 {
-		dir = roots[0]
+	if len(env.roots) > 0 {
+		dir = env.roots[0]
 	}
-	out := filepath.Join(sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
-	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: commandEnv(os.Environ())})
+	out := filepath.Join(env.sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
+	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: r.commandEnv(),
+		Cgroup: r.cgroupFor(env.session, "tool-"+string(ef.Agent)+"-"+ef.UseID)})
 	var b strings.Builder
 	b.WriteString(res.Tail)
 	if res.Truncated || res.OutputBytes > int64(len(res.Tail)) {
@@ -271,14 +282,15 @@ func (a *actor) startShell(ef core.StartShell) {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return
 	}
-	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: commandEnv(os.Environ())})
+	cg := a.rt.cgroupFor(a.id, "task-"+string(ef.Task))
+	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: a.rt.commandEnv(), Cgroup: cg})
 	if err != nil {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return
 	}
 	a.procs[ef.Task] = p
 	go func() {
-		a.submitEffect(core.ProcessStarted{Task: ef.Task, PID: p.PID(), StartTicks: p.StartTime()})
+		a.submitEffect(core.ProcessStarted{Task: ef.Task, PID: p.PID(), StartTicks: p.StartTime(), Cgroup: cg})
 		res := p.Wait()
 		a.submitEffect(core.ProcessExited{
 			Task: ef.Task, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
@@ -299,33 +311,9 @@ func tail(s string, n int) string {
 	return "…" + s[i:]
 }
 
-// commandEnv is the environment of the commands an agent runs: vigil's own
-// without its secrets (API keys, tokens, passwords), which the command's
-// output would carry into the transcript, the store and the model.
-func commandEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if secretName(name) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
-// secretName reports whether an environment variable's name says it holds
-// a secret.
-func secretName(name string) bool {
-	n := strings.ToUpper(name)
-	for _, suffix := range []string{"_API_KEY", "_APIKEY", "_TOKEN", "_SECRET", "_PASSWORD", "_AUTH_TOKEN", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY"} {
-		if strings.HasSuffix(n, suffix) {
-			return true
-		}
-	}
-	switch n {
-	case "VIGIL_TOKEN", "PGPASSWORD", "API_KEY", "TOKEN":
-		return true
-	}
-	return false
+// commandEnv is the environment of the commands an agent runs: an
+// allowlist of vigil's own (internal/cmdenv) plus the names the
+// configuration lists, never vigil's settings or secrets.
+func (r *Runtime) commandEnv() []string {
+	return cmdenv.Build(os.Environ(), cmdenv.Spec{Names: r.opts.CommandEnv})
 }

@@ -102,6 +102,9 @@ func (x *extProc) deliver(ef core.Deliver) {
 		Session: string(a.id), Agent: ef.Agent, Cwd: a.state.Session.Cwd, Model: ef.Model,
 		Resume: ef.Resume, PermissionMode: a.state.Session.Permissions.Mode,
 	}
+	// Each process a group of its own: an idle release's next process
+	// starts while the last one may still be ending.
+	st.Cgroup = a.rt.cgroupFor(a.id, "agent-"+string(ef.Agent)+"-"+randomID())
 	x.enqueue(func() {
 		if p := x.current(); p != nil {
 			err := p.Deliver(ef.Text, ef.Priority)
@@ -150,7 +153,7 @@ func (x *extProc) deliver(ef core.Deliver) {
 		x.mu.Lock()
 		x.proc = p
 		x.mu.Unlock()
-		a.submitEffect(core.ProviderStarted{Agent: ef.Agent, PID: p.PID(), StartTicks: p.StartTicks()})
+		a.submitEffect(core.ProviderStarted{Agent: ef.Agent, PID: p.PID(), StartTicks: p.StartTicks(), Cgroup: st.Cgroup})
 		if err := p.Deliver(ef.Text, ef.Priority); err != nil {
 			a.rt.log.Warn("could not deliver to the new provider process; ending it", "session", a.id, "agent", ef.Agent, "err", err)
 			_ = p.Close()

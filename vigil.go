@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
 )
@@ -91,6 +92,11 @@ type Options struct {
 	// MaxToolOutput caps the output of a foreground tool returned to the
 	// model, in bytes (32 KiB).
 	MaxToolOutput int
+	// CommandEnv names more variables of vigil's environment that agents'
+	// commands get, beyond the allowlist of internal/cmdenv (PATH, HOME,
+	// the locale, TERM, USER, SHELL, TMPDIR, TZ). Names starting with
+	// VIGIL_ are refused.
+	CommandEnv []string
 }
 
 // Observer receives measurements from the runtime. Implementations must be
@@ -108,6 +114,9 @@ type Observer interface {
 var (
 	// ErrNoSession: no session with that id.
 	ErrNoSession = errors.New("no such session")
+	// ErrRecovering: the session is being taken over (after a restart or
+	// a store outage) at this moment; try again shortly.
+	ErrRecovering = errors.New("session is being recovered; try again")
 	// ErrSessionMoved: another node took the session's lease.
 	ErrSessionMoved = errors.New("session moved to another node (lease lost)")
 	// ErrStoreDown: the store refused a commit; nothing of the request was
@@ -135,6 +144,7 @@ type Runtime struct {
 	leaseTTL  time.Duration
 	renewStop chan struct{}
 	allSubs   *fanout
+	contain   Containment
 }
 
 // Open starts a runtime on a store and takes over every open session in it:
@@ -169,6 +179,9 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.SnapshotEvery == 0 {
 		opts.SnapshotEvery = 5000
 	}
+	if err := cmdenv.Check(opts.CommandEnv); err != nil {
+		return nil, fmt.Errorf("vigil: %w", err)
+	}
 	if opts.MaxToolOutput == 0 {
 		opts.MaxToolOutput = 32 << 10
 	}
@@ -183,7 +196,12 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
 		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL,
-		renewStop: make(chan struct{}), allSubs: newFanout(),
+		renewStop: make(chan struct{}), allSubs: newFanout(), contain: probeContainment(opts.DataDir),
+	}
+	if r.contain.Cgroups {
+		r.log.Info("containment: " + r.contain.Note)
+	} else {
+		r.log.Warn("containment: " + r.contain.Note)
 	}
 	if err := r.recoverAll(ctx); err != nil {
 		r.Close()
@@ -225,29 +243,12 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		if mine || closed || !r.opts.Adopt(row) {
 			continue
 		}
-		id := core.SessionID(row.ID)
-		r.mu.Lock()
-		if _, taken := r.actors[id]; taken {
-			r.mu.Unlock()
-			continue
-		}
-		r.actors[id] = nil // reserved while it is taken over
-		r.mu.Unlock()
-		a, err := r.takeOver(ctx, id)
-		r.mu.Lock()
-		switch {
-		case err != nil:
-			delete(r.actors, id)
-		case r.closed:
-			delete(r.actors, id)
-		default:
-			r.actors[id] = a
-		}
-		closedNow := r.closed
-		r.mu.Unlock()
-		if err == nil && closedNow {
-			a.stop()
+		_, err := r.adopt(ctx, core.SessionID(row.ID))
+		if errors.Is(err, ErrClosed) {
 			return nil
+		}
+		if errors.Is(err, ErrRecovering) {
+			continue
 		}
 		if errors.Is(err, store.ErrLeaseHeld) {
 			r.log.Debug("session owned by a live node; not taken over", "session", row.ID, "err", err)
@@ -262,6 +263,39 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// adopt takes a session over and registers its actor, unless this runtime
+// already has it (its actor is returned) or is taking it over (ErrRecovering).
+func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if a, taken := r.actors[id]; taken {
+		r.mu.Unlock()
+		if a == nil {
+			return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
+		}
+		return a, nil
+	}
+	r.actors[id] = nil // reserved while it is taken over
+	r.mu.Unlock()
+	a, err := r.takeOver(ctx, id)
+	r.mu.Lock()
+	closed := r.closed
+	if err != nil || closed {
+		delete(r.actors, id)
+	} else {
+		r.actors[id] = a
+	}
+	r.mu.Unlock()
+	if err == nil && closed {
+		a.stop()
+		return nil, ErrClosed
+	}
+	return a, err
 }
 
 // takeOver acquires a session's lease, rebuilds its state and recovers it.
@@ -403,11 +437,49 @@ func (r *Runtime) actor(id string) (*actor, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
-	a := r.actors[core.SessionID(id)]
-	if a == nil { // unknown, or still being created
-		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	a, reserved := r.actors[core.SessionID(id)]
+	if a != nil {
+		return a, nil
 	}
-	return a, nil
+	if reserved { // being created (not stored yet) or taken over
+		return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
+	}
+	r.mu.Unlock()
+	defer r.mu.Lock()
+	return r.reclaim(id)
+}
+
+// reclaim answers for a session this runtime has no actor for. The store
+// says whether it exists; an open one whose owner is gone (this node
+// itself, when its lease lapsed during a store outage) is taken over now,
+// so a client never takes a session for deleted because the store was
+// away. The answer is ErrStoreDown while the store cannot say,
+// ErrNoSession for a session it does not hold (or a closed one), and
+// ErrSessionMoved when another live node holds it.
+func (r *Runtime) reclaim(id string) (*actor, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	row, err := r.st.SessionGet(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	case err != nil:
+		return nil, fmt.Errorf("session %s: %w: %v", id, ErrStoreDown, err)
+	case row.Closed:
+		return nil, fmt.Errorf("session %s: %w (it is closed)", id, ErrNoSession)
+	case !r.opts.Adopt(*row):
+		return nil, fmt.Errorf("session %s: %w (this node does not serve it)", id, ErrSessionMoved)
+	}
+	a, err := r.adopt(ctx, core.SessionID(id))
+	switch {
+	case err == nil:
+		return a, nil
+	case errors.Is(err, store.ErrLeaseHeld):
+		return nil, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrRecovering):
+		return nil, err
+	}
+	return nil, fmt.Errorf("session %s: %w: %v", id, ErrStoreDown, err)
 }
 
 // sessionDir is where a session's files live.

@@ -65,6 +65,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/catalog"
+	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/anthropic"
 	"github.com/vigilrun/vigil/provider/openai"
@@ -98,6 +99,12 @@ type Config struct {
 	// BackgroundTimeout bounds a background command that sets no timeout
 	// of its own (0: 4 hours).
 	BackgroundTimeout time.Duration `yaml:"background_timeout"`
+	// CommandEnv names more variables of vigil's environment that agents'
+	// commands get, beyond PATH, HOME, the locale, TERM, USER, SHELL,
+	// TMPDIR and TZ (see internal/cmdenv). vigil's own (VIGIL_*) are
+	// refused. Only the user's file may set it: a project cannot ask for
+	// the user's secrets.
+	CommandEnv []string `yaml:"command_env"`
 	// Sources lists the files read, in order.
 	Sources []string `yaml:"-"`
 	// Rules are the project rules a person saved (RulesFile), kept in
@@ -321,6 +328,9 @@ func Load(env Env, files ...File) (*Config, error) {
 			if err := checkLayer(layer.Models, layer.Budgets, layer.Compact); err != nil {
 				return nil, fmt.Errorf("config %s: %w", f.Path, err)
 			}
+			if err := cmdenv.Check(layer.CommandEnv); err != nil {
+				return nil, fmt.Errorf("config %s: %w", f.Path, err)
+			}
 			c.merge(&layer)
 		}
 		c.Sources = append(c.Sources, f.Path)
@@ -439,6 +449,7 @@ func (c *Config) merge(o *Config) {
 	if o.BackgroundTimeout > 0 {
 		c.BackgroundTimeout = o.BackgroundTimeout
 	}
+	c.CommandEnv = append(c.CommandEnv, o.CommandEnv...)
 	for name, p := range o.Providers {
 		cur := c.Providers[name]
 		if p.Kind != "" {

@@ -284,7 +284,7 @@ func (st *stepper) handle(in Input) {
 		st.processExited(in)
 	case ProcessStarted:
 		if t := st.s.Tasks[in.Task]; t != nil && t.Kind == TaskShell && t.Status.Live() {
-			st.emit(&TaskProcess{Task: in.Task, PID: in.PID, StartTicks: in.StartTicks})
+			st.emit(&TaskProcess{Task: in.Task, PID: in.PID, StartTicks: in.StartTicks, Cgroup: in.Cgroup})
 		} else {
 			st.drop("process start "+string(in.Task), "stale-process-event", "the task already ended")
 		}

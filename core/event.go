@@ -271,13 +271,14 @@ type TaskProcess struct {
 	Task       TaskID `json:"task"`
 	PID        int    `json:"pid"`
 	StartTicks uint64 `json:"start_ticks"`
+	Cgroup     string `json:"cgroup,omitempty"`
 }
 
 // Type implements Body: the name of the event.
 func (*TaskProcess) Type() string { return "task.process" }
 func (e *TaskProcess) apply(s *State, _ time.Time) {
 	t := s.Tasks[e.Task]
-	t.PID, t.StartTicks = e.PID, e.StartTicks
+	t.PID, t.StartTicks, t.Cgroup = e.PID, e.StartTicks, e.Cgroup
 }
 
 // ItemEnqueued puts an item in an agent's inbox.

@@ -75,6 +75,8 @@ type ProviderStarted struct {
 	Agent      AgentID
 	PID        int
 	StartTicks uint64
+	// Cgroup holds every process of the provider, when vigil has cgroups.
+	Cgroup string
 }
 
 // ProviderExited says the provider process of an agent ended, after every
@@ -255,6 +257,7 @@ type ProcessRecorded struct {
 	Agent      AgentID `json:"agent"`
 	PID        int     `json:"pid"`
 	StartTicks uint64  `json:"start_ticks,omitempty"`
+	Cgroup     string  `json:"cgroup,omitempty"`
 	Session    string  `json:"session,omitempty"`
 }
 
@@ -263,7 +266,7 @@ func (*ProcessRecorded) Type() string { return "provider.process" }
 func (e *ProcessRecorded) apply(s *State, _ time.Time) {
 	a := s.Agents[e.Agent]
 	if e.PID >= 0 {
-		a.PID, a.StartTicks = e.PID, e.StartTicks
+		a.PID, a.StartTicks, a.Cgroup = e.PID, e.StartTicks, e.Cgroup
 	}
 	if e.Session != "" {
 		a.ExternalSession = e.Session
@@ -794,7 +797,7 @@ func (st *stepper) providerStarted(in ProviderStarted) {
 		st.refuseExternal("provider process of "+string(in.Agent), in.Agent)
 		return
 	}
-	st.emit(&ProcessRecorded{Agent: a.ID, PID: in.PID, StartTicks: in.StartTicks})
+	st.emit(&ProcessRecorded{Agent: a.ID, PID: in.PID, StartTicks: in.StartTicks, Cgroup: in.Cgroup})
 }
 
 // providerExited ends everything that depended on the process (rule 7):

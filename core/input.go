@@ -79,6 +79,9 @@ type ProcessStarted struct {
 	Task       TaskID
 	PID        int
 	StartTicks uint64
+	// Cgroup is the cgroup that holds every process of the task, when the
+	// machine gives vigil one; a successor ends them by it.
+	Cgroup string
 }
 
 // ProcessExited says a background shell task's process ended.

@@ -240,6 +240,8 @@ type Agent struct {
 	ExternalSession string `json:"external_session,omitempty"`
 	PID             int    `json:"pid,omitempty"`
 	StartTicks      uint64 `json:"start_ticks,omitempty"`
+	// Cgroup holds every process of the provider, when vigil has cgroups.
+	Cgroup string `json:"cgroup,omitempty"`
 	// Notified is the boolean flag of the 000 report. Only the injected
 	// notified-flag bug reads or writes it.
 	Notified bool `json:"notified,omitempty"`
@@ -425,6 +427,9 @@ type Task struct {
 	// group leader), so a later vigil can find and end it.
 	PID        int    `json:"pid,omitempty"`
 	StartTicks uint64 `json:"start_ticks,omitempty"`
+	// Cgroup is the cgroup that holds every process of the task, when the
+	// machine gives vigil one: a later vigil ends them all by it.
+	Cgroup string `json:"cgroup,omitempty"`
 	// Incarnation is the runtime incarnation that started the process;
 	// after a restart, a live task of an older incarnation has lost it.
 	Incarnation int64 `json:"incarnation,omitempty"`

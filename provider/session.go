@@ -36,6 +36,12 @@ type SessionStart struct {
 	Resume string
 	// PermissionMode is the session's permission mode.
 	PermissionMode core.PermissionMode
+	// Cgroup, when set, is a cgroup v2 directory to create for the
+	// process (see shell.IntoCgroup): it and every process it starts stay
+	// there, and the driver kills the group when the process ends, so
+	// nothing it started outlives it; a successor ends what is left by the
+	// same path (shell.KillCgroup).
+	Cgroup string
 	// Emit receives what the process reports, mapped to core inputs
 	// (ExternalTurnStarted, ExternalMessage, ExternalTask,
 	// ExternalTurnEnded, ExternalPermission and its withdrawal), in the

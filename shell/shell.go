@@ -8,9 +8,12 @@
 // result's tail.
 //
 // The leader of the group is started with Pdeathsig SIGKILL: if vigil dies,
-// the kernel kills it. Processes it spawned outlive it in the same group;
-// KillStale removes them at the next start-up, guarded against pid reuse by
-// the leader's start time.
+// the kernel kills it. With Spec.Cgroup every process the command starts is
+// also held in a cgroup of its own, which the command's end, Stop and a
+// successor's KillCgroup kill whole (see cgroup.go). Without a cgroup, the
+// processes the leader spawned outlive it in its group; KillStale removes
+// them at the next start-up, guarded against pid reuse by the leader's
+// start time, but a process that left the group is out of reach.
 //
 // A Process has one goroutine, pinned to its OS thread from the fork until
 // the leader is reaped. The pin matters: Linux sends the parent-death signal
@@ -42,6 +45,10 @@ const (
 	DefaultGrace          = 2 * time.Second
 	DefaultWaitDelay      = 2 * time.Second
 )
+
+// cgroupWait bounds how long ending a command's cgroup waits for its
+// killed processes to exit.
+const cgroupWait = 10 * time.Second
 
 // The shells tried in order; the first that exists runs the command.
 const (
@@ -78,11 +85,21 @@ type Spec struct {
 	// output is still read from processes it left running. When it expires
 	// those processes (if still in the group) are killed and the result is
 	// made. A process that redirected its output elsewhere is not waited
-	// for and is left alone. Zero means DefaultWaitDelay.
+	// for; without a Cgroup it is left alone, with one it ends with the
+	// command. Zero means DefaultWaitDelay.
 	WaitDelay time.Duration
 	// Clock is the time source for the timeout, the grace period, the wait
 	// delay and the duration; nil means the real clock.
 	Clock Clock
+	// Cgroup, when set, is a cgroup v2 directory (under CgroupBase) that
+	// Start creates for the command. The shell is created in it, and every
+	// process the command starts stays in it whatever it does with process
+	// groups and sessions: Stop, the timeout and the end of the command
+	// reach all of them, and the group is killed and removed before the
+	// result is made, so no process outlives its command. A successor of a
+	// vigil killed with SIGKILL ends what is left with KillCgroup. Empty
+	// means the process group alone, which a process can leave (setsid).
+	Cgroup string
 }
 
 // Clock is the time source a Process uses.
@@ -186,6 +203,16 @@ func Start(spec Spec) (*Process, error) {
 	cmd.Stdout = w
 	cmd.Stderr = w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Cgroup != "" {
+		release, err := IntoCgroup(cmd.SysProcAttr, spec.Cgroup)
+		if err != nil {
+			r.Close()
+			w.Close()
+			discardOutput(out)
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		defer release() // the child is in the group once created
+	}
 
 	p := &Process{spec: spec, clock: spec.Clock, done: make(chan struct{})}
 	started := make(chan error, 1)
@@ -193,6 +220,9 @@ func Start(spec Spec) (*Process, error) {
 	if err := <-started; err != nil {
 		r.Close()
 		discardOutput(out)
+		if spec.Cgroup != "" {
+			_ = removeCgroup(spec.Cgroup)
+		}
 		return nil, fmt.Errorf("start: %w", err)
 	}
 	return p, nil
@@ -260,10 +290,15 @@ func (p *Process) kill() {
 }
 
 // signalLocked signals the process group unless the shell has been reaped:
-// until then its pid, and so the group id, cannot name another group.
+// until then its pid, and so the group id, cannot name another group. The
+// command's cgroup, when it has one, is signalled too: it also holds the
+// processes that left the group, and its path cannot name anything else.
 func (p *Process) signalLocked(sig syscall.Signal) {
 	if !p.reaped {
 		_ = syscall.Kill(-p.pid, sig) // ESRCH: the group is already gone
+	}
+	if p.spec.Cgroup != "" {
+		_ = signalCgroup(p.spec.Cgroup, sig)
 	}
 }
 
@@ -357,6 +392,13 @@ func (p *Process) monitor(cmd *exec.Cmd, r, w, out *os.File, started chan<- erro
 			}
 		} else {
 			res.ExitCode = st.ExitCode()
+		}
+	}
+	if p.spec.Cgroup != "" {
+		// Nothing outlives the command: what it left running (a daemon that
+		// closed its output) ends with it.
+		if _, err := KillCgroup(p.spec.Cgroup, cgroupWait); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(helperParent(dir))
 	}
+	if dir := os.Getenv(cgroupHelperEnv); dir != "" {
+		os.Exit(cgroupHelper(dir))
+	}
 	os.Exit(m.Run())
 }
 

@@ -32,6 +32,10 @@ var (
 	// ErrReadOnly: the database cannot be written (read-only file or
 	// server).
 	ErrReadOnly = errors.New("store: database is read-only")
+	// ErrRefused: the database will never accept this write as it is (an
+	// encoding or constraint error: a NUL byte in text, a value too big).
+	// Nothing of it was kept; retrying the same write cannot succeed.
+	ErrRefused = errors.New("store: write refused")
 	// ErrUnavailable: the database cannot be reached. Retry later.
 	ErrUnavailable = errors.New("store: database unavailable")
 	// ErrClosed: the store was closed.

@@ -84,7 +84,7 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 	for _, n := range append(cfg.Names(), "claude-code") {
 		pc, configured := cfg.Providers[n]
 		if (configured && pc.Kind == "claude-code") || (!configured && n == "claude-code" && name == n) {
-			set.drivers[n] = claudecode.New(claudecode.Options{Path: pc.Path, Model: pc.Model, Logger: logger, IdleRelease: 10 * time.Minute})
+			set.drivers[n] = claudecode.New(claudecode.Options{Path: pc.Path, Model: pc.Model, PassEnv: cfg.CommandEnv, Logger: logger, IdleRelease: 10 * time.Minute})
 		}
 	}
 	if _, ok := set.drivers[name]; ok {

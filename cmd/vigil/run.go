@@ -76,7 +76,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Core: provs.cfg.Core(), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// A headless run takes over only the session it resumes; other
 		// open sessions of the store are left to their owners or to serve.
 		Adopt: func(row store.SessionRow) bool { return row.ID == *resume },

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/shell"
 )
@@ -41,10 +41,14 @@ type Options struct {
 	// Path is the claude executable: a path, or a name looked up on PATH
 	// (DefaultPath).
 	Path string
-	// Env holds extra environment entries ("KEY=value") on top of vigil's
-	// own environment, e.g. ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY. The
+	// Env holds extra environment entries ("KEY=value") on top of the
+	// allowlisted part of vigil's own environment, e.g. ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY. The
 	// driver never logs them.
 	Env []string
+	// PassEnv names more variables of vigil's environment the CLI gets,
+	// beyond the allowlist (see Driver.env); the configuration's
+	// command_env.
+	PassEnv []string
 	// Args are extra command-line arguments, after the driver's own.
 	Args []string
 	// Logger receives the driver's logs; nil discards them.
@@ -174,26 +178,23 @@ func (d *Driver) args(p *provider.SessionStart) []string {
 	return append(args, d.opts.Args...)
 }
 
-// env builds the process environment: vigil's own (less the variables
-// that make the CLI think it runs inside another Claude Code), the
-// options' entries, the session marker and, for bypass as root,
-// IS_SANDBOX=1 (the CLI refuses --dangerously-skip-permissions as root
-// without it).
+// env builds the process environment: an allowlist of vigil's own (see
+// internal/cmdenv: PATH, HOME, the locale, the terminal, the user, plus
+// the CLI's ANTHROPIC_* and CLAUDE_* settings, proxy and certificate
+// settings, and Options.PassEnv), then the options' entries, the session
+// marker and, for bypass as root, IS_SANDBOX=1 (the CLI refuses
+// --dangerously-skip-permissions as root without it). vigil's own settings
+// (VIGIL_*: its database address, its token) never reach the CLI, whose
+// commands would print them into the transcript.
 func (d *Driver) env(p *provider.SessionStart) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "CLAUDECODE" || k == "CLAUDE_CODE_ENTRYPOINT" || k == SessionEnv {
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, d.opts.Env...)
-	env = append(env, SessionEnv+"="+p.Session)
+	set := append(append([]string(nil), d.opts.Env...), SessionEnv+"="+p.Session)
 	if p.PermissionMode == core.PermBypass && os.Geteuid() == 0 {
-		env = append(env, "IS_SANDBOX=1")
+		set = append(set, "IS_SANDBOX=1")
 	}
-	return env
+	names := append([]string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+		"NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR"}, d.opts.PassEnv...)
+	return cmdenv.Build(os.Environ(), cmdenv.Spec{Names: names, Prefixes: []string{"ANTHROPIC_", "CLAUDE_", "DISABLE_"},
+		Drop: []string{"CLAUDE_CODE_ENTRYPOINT"}, Set: set})
 }
 
 // Close ends every process the driver started and waits until each has

@@ -52,8 +52,9 @@ type process struct {
 	emit  func(core.Input)
 	m     *mapper
 
-	pid   int
-	ticks uint64
+	pid    int
+	ticks  uint64
+	cgroup string // holds the CLI and all it starts; empty without cgroups
 
 	wmu         sync.Mutex // serialises writes to stdin
 	stdin       *os.File
@@ -90,7 +91,7 @@ var _ provider.SessionProcess = (*process)(nil)
 func newProcess(d *Driver, p *provider.SessionStart, emit func(core.Input)) *process {
 	log := d.log.With("session", p.Session, "agent", p.Agent)
 	return &process{
-		d: d, log: log, agent: p.Agent, emit: emit, m: newMapper(p.Agent, log, &d.stats),
+		d: d, log: log, agent: p.Agent, emit: emit, m: newMapper(p.Agent, log, &d.stats), cgroup: p.Cgroup,
 		pending: map[string]chan error{}, groups: map[int]uint64{},
 		stderr:   tailBuffer{max: DefaultStderrTail},
 		readDone: make(chan struct{}), errDone: make(chan struct{}),
@@ -118,6 +119,14 @@ func (p *process) start(path string, args, env []string, dir string) error {
 	cmd.Dir, cmd.Env = dir, env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if p.cgroup != "" {
+		release, err := shell.IntoCgroup(cmd.SysProcAttr, p.cgroup)
+		if err != nil {
+			closeAll(inR, inW, outR, outW, errR, errW)
+			return err
+		}
+		defer release()
+	}
 	p.stdin, p.outR, p.errR = inW, outR, errR
 	started := make(chan error, 1)
 	go p.monitor(cmd, started, inR, outW, errW)
@@ -184,6 +193,14 @@ func (p *process) monitor(cmd *exec.Cmd, started chan<- error, childEnds ...*os.
 	p.mu.Lock()
 	p.reaped = true
 	p.mu.Unlock()
+	if p.cgroup != "" {
+		// Whatever the CLI started, in any group or session, ends with it.
+		if n, err := shell.KillCgroup(p.cgroup, 10*time.Second); err != nil {
+			p.log.Warn("claude code: could not end the processes the CLI left", "cgroup", p.cgroup, "err", err)
+		} else if n > 0 {
+			p.log.Info("claude code: ended processes the CLI left", "cgroup", p.cgroup, "processes", n)
+		}
+	}
 	p.finish(werr)
 }
 

@@ -43,7 +43,8 @@ func New() *Store {
 	}
 }
 
-// FailWrites makes every later write fail with err (nil to heal).
+// FailWrites makes every later write — appends, snapshots, lease
+// acquisitions and renewals — fail with err (nil to heal).
 func (m *Store) FailWrites(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -64,6 +65,9 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 	if err := m.check("acquire lease"); err != nil {
 		return nil, err
 	}
+	if m.fail != nil {
+		return nil, fmt.Errorf("acquire lease of %s: %w", p.Session, m.fail)
+	}
 	l, ok := m.leases[p.Session]
 	if ok && l.Owner != p.Owner && l.Expires.After(p.Now) && (p.Steal == "" || l.Owner != p.Steal) {
 		return nil, fmt.Errorf("acquire lease: %w", &store.LeaseHeldError{Session: p.Session, Owner: l.Owner, Expires: l.Expires})
@@ -79,6 +83,9 @@ func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store
 	defer m.mu.Unlock()
 	if err := m.check("renew lease"); err != nil {
 		return nil, err
+	}
+	if m.fail != nil {
+		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, m.fail)
 	}
 	l := m.leases[p.Session]
 	if l.Owner != p.Owner || l.Epoch != p.Epoch {

@@ -281,7 +281,7 @@ func retryable(err error) bool {
 // mapErr wraps err with the store error it means, keeping err in the chain.
 func mapErr(err error) error {
 	for _, sentinel := range []error{store.ErrFenced, store.ErrConflict, store.ErrLeaseHeld, store.ErrNotFound,
-		store.ErrFull, store.ErrReadOnly, store.ErrUnavailable, store.ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		store.ErrFull, store.ErrReadOnly, store.ErrUnavailable, store.ErrClosed, store.ErrRefused, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, sentinel) {
 			return err
 		}
@@ -295,6 +295,12 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
 		case "53300", "57P03": // too_many_connections, cannot_connect_now
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case "54000": // program_limit_exceeded: a value too big to store
+			return fmt.Errorf("%w: %w", store.ErrRefused, err)
+		}
+		switch pe.Code[:2] {
+		case "22", "23": // data exception (a NUL byte, bad encoding), integrity constraint
+			return fmt.Errorf("%w: %w", store.ErrRefused, err)
 		}
 	}
 	if errors.Is(err, errUnknownOutcome) || lost(err) {

@@ -311,14 +311,17 @@ func (s *Store) enter(what string) error {
 
 // SQLite result codes (primary, the low byte of an extended code).
 const (
-	codePerm     = 3
-	codeBusy     = 5
-	codeLocked   = 6
-	codeReadOnly = 8
-	codeIOErr    = 10
-	codeFull     = 13
-	codeCantOpen = 14
-	codeAuth     = 23
+	codePerm       = 3
+	codeBusy       = 5
+	codeLocked     = 6
+	codeReadOnly   = 8
+	codeIOErr      = 10
+	codeFull       = 13
+	codeCantOpen   = 14
+	codeAuth       = 23
+	codeTooBig     = 18
+	codeConstraint = 19
+	codeMismatch   = 20
 )
 
 // mapErr wraps err with the store error it means, keeping err in the chain.
@@ -327,7 +330,7 @@ func mapErr(err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrFenced, store.ErrConflict, store.ErrLeaseHeld, store.ErrNotFound,
-		store.ErrFull, store.ErrReadOnly, store.ErrUnavailable, store.ErrClosed} {
+		store.ErrFull, store.ErrReadOnly, store.ErrUnavailable, store.ErrClosed, store.ErrRefused} {
 		if errors.Is(err, sentinel) {
 			return err
 		}
@@ -340,6 +343,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
 		case codeBusy, codeLocked:
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case codeTooBig, codeConstraint, codeMismatch:
+			return fmt.Errorf("%w: %w", store.ErrRefused, err)
 		}
 		return err
 	}

@@ -220,10 +220,12 @@ func (s *Store) attempt(jobs []*job) (int, error) {
 	return -1, nil
 }
 
-// logical reports whether err is a refusal decided by a job (which wrote
-// nothing), rather than a failure of the database.
+// logical reports whether err is a refusal of one job (which wrote
+// nothing), decided by the job or by a constraint of the database, rather
+// than a failure of the database.
 func logical(err error) bool {
-	return errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseHeld)
+	return errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseHeld) ||
+		errors.Is(mapErr(err), store.ErrRefused)
 }
 
 func (s *Store) rollback() {

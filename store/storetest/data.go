@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -315,4 +317,58 @@ func testClose(t *testing.T, s store.Store) {
 	check("TaskList", err)
 	_, err = s.NoteList(ctx, "s")
 	check("NoteList", err)
+}
+
+// testText: text a database cannot hold (a NUL byte in JSON data or in a
+// projected title) is either kept exactly or refused with ErrRefused; a
+// refused append keeps nothing, and the next good append goes on.
+func testText(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "s", "A", base)
+	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "ok"), nil)
+	for i, tc := range []struct {
+		name string
+		rec  store.Record
+		proj *store.Projection
+	}{
+		{"NUL escape in data", store.Record{Session: "s", Type: "test.event", Data: []byte(`{"text":"a\u0000b"}`)}, nil},
+		{"NUL byte in a title", store.Record{Session: "s", Type: "test.event", Data: []byte(`{}`)},
+			&store.Projection{Session: &store.SessionRow{ID: "s", Title: "a\x00b", Created: base, Updated: base, LastSeq: 2}}},
+	} {
+		seq := int64(2 + i)
+		tc.rec.Seq, tc.rec.At = seq, base
+		if tc.proj != nil {
+			tc.proj.Session.LastSeq = seq
+		}
+		_, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: []store.Record{tc.rec}, Projection: tc.proj})
+		got := list(t, s, "s")
+		switch {
+		case err == nil:
+			if len(got) != int(seq) || string(got[seq-1].Data) != string(tc.rec.Data) && !jsonEqual(got[seq-1].Data, tc.rec.Data) {
+				t.Fatalf("%s: kept %d records, last %s; want it kept exactly", tc.name, len(got), got[len(got)-1].Data)
+			}
+			if tc.proj != nil {
+				row, err := s.SessionGet(ctx, "s")
+				if err != nil || row.Title != tc.proj.Session.Title {
+					t.Fatalf("%s: session row %+v, %v; want the title kept exactly", tc.name, row, err)
+				}
+			}
+		case errors.Is(err, store.ErrRefused):
+			if len(got) != int(seq-1) {
+				t.Fatalf("%s: refused, but %d records are stored; want %d", tc.name, len(got), seq-1)
+			}
+			// The refusal is of this write only: the same seq goes on.
+			appendOK(t, s, "s", l.Epoch, recs("s", seq, 1, "after"), nil)
+		default:
+			t.Fatalf("%s: append = %v; want success or ErrRefused", tc.name, err)
+		}
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }

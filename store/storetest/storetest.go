@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Snapshot", testSnapshot},
 		{"Projections", testProjections},
 		{"Errors", testErrors},
+		{"Text", testText},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
