@@ -150,11 +150,14 @@ func (a *actor) startTool(ef core.ExecTool) {
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.cancels[key] = cancel
-	roots := append([]string{a.state.Session.Cwd}, a.state.Session.Dirs...)
-	if a.state.Session.Cwd == "" {
-		roots = nil
+	env := toolEnv{session: a.id, sessionDir: a.rt.sessionDir(a.id), roots: a.state.Session.Roots(), perms: a.state.Session.Permissions.Clone()}
+	if ag := a.state.Agents[ef.Agent]; ag != nil && ag.Run != nil {
+		for _, tc := range ag.Run.Tools {
+			if tc.UseID == ef.UseID {
+				env.approved = tc.Approval != ""
+			}
+		}
 	}
-	env := toolEnv{session: a.id, sessionDir: a.rt.sessionDir(a.id), roots: roots, perms: a.state.Session.Permissions}
 	go func() {
 		res, isErr := a.rt.execTool(ctx, env, ef)
 		if ctx.Err() != nil {
@@ -171,6 +174,9 @@ type toolEnv struct {
 	sessionDir string
 	roots      []string
 	perms      core.Permissions
+	// approved: a person (or a rule they added) answered this call's
+	// permission request.
+	approved bool
 }
 
 func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (string, bool) {
@@ -183,7 +189,12 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 		if len(env.roots) == 0 {
 			return "Error: this session has no working directory; file tools are unavailable", true
 		}
-		ws := tool.Workspace{Roots: env.roots}
+		// The rules are checked again on the path the call really touches
+		// (after .., symlinks and absolute forms), here where the file
+		// system can be asked.
+		ws := tool.Workspace{Roots: env.roots, Permissions: &tool.Permissions{
+			Mode: string(env.perms.Mode), Allow: env.perms.Allow, Deny: env.perms.Deny, Approved: env.approved,
+		}}
 		return ws.Exec(ctx, ef.Name, ef.Input)
 	default:
 		return fmt.Sprintf("Error: unknown tool %q", ef.Name), true

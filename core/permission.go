@@ -40,7 +40,7 @@ func (st *stepper) externalPermission(in ExternalPermission) {
 		return
 	}
 	p := st.s.Session.Permissions
-	dec, reason := permission.Decide(string(p.Mode), p.Allow, p.Deny, in.Tool, in.Input)
+	dec, reason := permission.DecideIn(st.s.Session.Roots(), string(p.Mode), p.Allow, p.Deny, in.Tool, in.Input)
 	switch dec {
 	case permission.Allow:
 		st.effect(AnswerPermission{Agent: a.ID, Request: in.Request, Allow: true, Reason: reason})

@@ -455,7 +455,7 @@ func (st *stepper) toolWakeup(a *Agent, tc ToolCall) {
 // person.
 func (st *stepper) toolGuarded(a *Agent, tc ToolCall) {
 	p := st.s.Session.Permissions
-	dec, reason := permission.Decide(string(p.Mode), p.Allow, p.Deny, tc.Name, tc.Input)
+	dec, reason := permission.DecideIn(st.s.Session.Roots(), string(p.Mode), p.Allow, p.Deny, tc.Name, tc.Input)
 	switch dec {
 	case permission.Deny:
 		st.rejectTool(a, tc, "permission denied: %s", reason)
@@ -551,7 +551,7 @@ func (st *stepper) answerApproval(in AnswerApproval) {
 	perms := st.s.Session.Permissions
 	for _, id := range sortedApprovals(st.s) {
 		q := st.s.Approvals[id]
-		if dec, _ := permission.Decide(string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec == permission.Allow {
+		if dec, _ := permission.DecideIn(st.s.Session.Roots(), string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec == permission.Allow {
 			st.resolveApproval(q, true, by, "allowed by the rule "+rule)
 		}
 	}

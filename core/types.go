@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -158,6 +159,11 @@ type Permissions struct {
 	Deny  []string       `json:"deny,omitempty"`
 }
 
+// Clone returns a copy that shares no slice with p.
+func (p Permissions) Clone() Permissions {
+	return Permissions{Mode: p.Mode, Allow: slices.Clone(p.Allow), Deny: slices.Clone(p.Deny)}
+}
+
 // Driver says who runs an agent's turns.
 type Driver string
 
@@ -187,6 +193,15 @@ type Session struct {
 	Created     time.Time `json:"created"`
 	Closed      bool      `json:"closed,omitempty"`
 	CloseReason string    `json:"close_reason,omitempty"`
+}
+
+// Roots are the session's directories: the working directory first, then
+// the added ones; none without a working directory.
+func (s *Session) Roots() []string {
+	if s.Cwd == "" {
+		return nil
+	}
+	return append([]string{s.Cwd}, s.Dirs...)
 }
 
 // Hold is a user's hold on the session's queue of user prompts.

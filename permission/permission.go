@@ -6,12 +6,50 @@
 // "Write(src/*)" matches writes under src/, "Read" matches every Read. In a
 // pattern, * matches any run of characters (slashes and spaces included).
 //
+// # Paths
+//
+// A relative path pattern is anchored at the session's first root (its
+// working directory): "Write(src/*)" covers <cwd>/src/... and nothing in
+// another root. A pattern that starts with / matches absolute paths. Decide
+// sees the path as the model wrote it; DecideIn also knows the roots and
+// matches an absolute path inside the first root by its relative form, and
+// a path that climbs out with ".." and back in by where it lands. Neither
+// can see symlinks: the file tools (package tool) check the rules again,
+// with DecidePath and Denied, against the path once it is resolved, and
+// that check is the one that holds.
+//
+// # How rules are read
+//
 // Allow rules are read narrowly: a Bash pattern does not allow a command
 // that chains, substitutes or redirects (;, &, |, $, backquotes, <, >,
 // parentheses, braces, newlines) unless the rule spells the whole command,
-// and a path pattern does not allow a path that climbs out with "..".
-// Deny rules are read widely: a Bash deny rule matches any command a line
-// chains, and a path is matched as written and cleaned.
+// and a relative path pattern allows only a path under the working
+// directory, matched by its name relative to it (so "Write(*)" is not
+// "write anywhere"), an absolute pattern only an absolute path, and
+// neither a name that climbs out with "..".
+//
+// Deny rules are read widely, as a first filter: a Bash deny rule matches
+// any command a line chains, also once quotes, backslashes, a directory
+// (/bin/rm), variable assignments and launchers (command, env, exec, sudo,
+// xargs, nice, nohup, timeout, sh -c, bash -c, eval) are taken off it; a
+// path deny rule matches the path by every name it has (as written,
+// cleaned, absolute, relative to each root) and every directory above it,
+// and a deny rule on Read also covers Glob and Grep, one on Write or Edit
+// every tool that edits files.
+//
+// # Patterns are not a boundary
+//
+// No pattern can say what a command will do. An allow rule such as
+// Bash(git *) grants every git subcommand, and git runs other programs on
+// request: "git -c alias.x='!cmd' x", hooks, and configuration such as
+// core.pager, core.sshCommand or core.fsmonitor. Bash(git *) is therefore
+// as good as allowing any command; so are rules for env, xargs, find
+// (-exec), shells, interpreters (python, node, ...) and build tools (make,
+// npm, go, cargo, ...), which run code the agent can write. A deny rule can
+// be dodged the same way (a copy of rm under another name, X=rm; $X,
+// python -c ...). The kernel sandbox that runs commands is the boundary;
+// rules only decide what is asked and what is refused early. Grants says
+// what one rule really grants.
 package permission
 
 import (
@@ -66,34 +104,93 @@ var edits = map[string]bool{"Write": true, "Edit": true}
 //   - accept-edits allows Write and Edit and asks for the rest.
 //   - ask asks.
 //   - auto denies what no rule allows: nobody is asked.
+//
+// Decide matches a path as written; DecideIn, given the session's roots,
+// matches it by its names under them too.
 func Decide(mode string, allow, deny []string, tool string, input json.RawMessage) (Decision, string) {
-	subject := Subject(tool, input)
+	return DecideIn(nil, mode, allow, deny, tool, input)
+}
+
+// DecideIn is Decide for a session whose roots are roots (absolute; the
+// first is the working directory, to which relative rules are anchored).
+// A file tool's path is matched lexically, with no I/O, by every name it
+// has under the roots: an absolute path inside the first root also by its
+// relative form, and a relative one also by its absolute form (see Path
+// and PathIn). With no roots it is Decide.
+func DecideIn(roots []string, mode string, allow, deny []string, tool string, input json.RawMessage) (Decision, string) {
+	var v Verdict
+	if p, ok := pathOf(tool, input); ok {
+		v = DecidePath(mode, allow, deny, tool, PathIn(roots, p))
+	} else {
+		s := Subject(tool, input)
+		v = decide(mode, allow, deny, tool,
+			func(r string) bool { return matchDeny(r, tool, s) },
+			func(r string) bool { return matchAllow(r, tool, s) })
+	}
+	if v.Decision == Deny && v.Rule == "" {
+		v.Reason = fmt.Sprintf("no allow rule matches %s (mode auto)", Describe(tool, input))
+	}
+	return v.Decision, v.Reason
+}
+
+// Verdict is a decision with what made it.
+type Verdict struct {
+	Decision Decision
+	// Reason says why, for a person.
+	Reason string
+	// Rule is the allow or deny rule that decided; empty when the tool's
+	// kind or the mode did.
+	Rule string
+}
+
+// DecidePath is Decide for a call of the file tool named tool whose path
+// has the names p (see Path): a deny rule that covers any name denies, an
+// allow rule for tool that matches Rel or an absolute name allows.
+func DecidePath(mode string, allow, deny []string, tool string, p Path) Verdict {
+	return decide(mode, allow, deny, tool,
+		func(r string) bool { return denyCoversPath(r, tool, p) },
+		func(r string) bool { return allowCoversPath(r, tool, p) })
+}
+
+// Denied returns the first deny rule that covers a call of the file tool
+// named tool on the path p.
+func Denied(deny []string, tool string, p Path) (rule string, ok bool) {
 	for _, r := range deny {
-		if matchDeny(r, tool, subject) {
-			return Deny, fmt.Sprintf("denied by rule %q", r)
+		if denyCoversPath(r, tool, p) {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+// decide applies the order Decide documents, with the given matchers.
+func decide(mode string, allow, deny []string, tool string, denies, allows func(rule string) bool) Verdict {
+	for _, r := range deny {
+		if denies(r) {
+			return Verdict{Deny, fmt.Sprintf("denied by rule %q", r), r}
 		}
 	}
 	if alwaysAllowed[tool] {
-		return Allow, "read-only or orchestration tool"
+		return Verdict{Allow, "read-only or orchestration tool", ""}
 	}
 	if mode == ModeBypass {
-		return Allow, "mode bypass"
+		return Verdict{Allow, "mode bypass", ""}
 	}
 	for _, r := range allow {
-		if matchAllow(r, tool, subject) {
-			return Allow, fmt.Sprintf("allowed by rule %q", r)
+		if allows(r) {
+			return Verdict{Allow, fmt.Sprintf("allowed by rule %q", r), r}
 		}
 	}
 	switch mode {
 	case ModeAcceptEdits:
 		if edits[tool] {
-			return Allow, "mode accept-edits"
+			return Verdict{Allow, "mode accept-edits", ""}
 		}
-		return Ask, "mode accept-edits asks before " + tool
+		return Verdict{Ask, "mode accept-edits asks before " + tool, ""}
 	case ModeAuto:
-		return Deny, fmt.Sprintf("no allow rule matches %s (mode auto)", Describe(tool, input))
+		return Verdict{Deny, "no allow rule matches (mode auto)", ""}
 	default:
-		return Ask, "mode ask"
+		return Verdict{Ask, "mode ask", ""}
 	}
 }
 
@@ -221,8 +318,10 @@ func matchAllow(rule, tool, subject string) bool {
 }
 
 // matchDeny is Match made hard to slip past: a Bash command is denied when
-// the rule matches it or any command it chains; a path is denied when the
-// rule matches it as written or cleaned.
+// the rule matches it or any command it chains, as written or unwrapped
+// (see bashDenies); a subject of a file tool that is not a path (Glob's or
+// Grep's pattern) is denied when the rule matches it as written or
+// cleaned. Paths are matched by denyCoversPath.
 func matchDeny(rule, tool, subject string) bool {
 	name, pattern, ok := parse(rule)
 	if !ok || name != tool {
@@ -233,16 +332,7 @@ func matchDeny(rule, tool, subject string) bool {
 	}
 	switch {
 	case tool == "Bash":
-		cmd := strings.TrimSpace(subject)
-		if glob(pattern, cmd) {
-			return true
-		}
-		for _, part := range strings.FieldsFunc(cmd, func(r rune) bool { return strings.ContainsRune(shellMeta, r) }) {
-			if glob(pattern, strings.TrimSpace(part)) {
-				return true
-			}
-		}
-		return false
+		return bashDenies(pattern, subject)
 	case isPathTool(tool):
 		return glob(pattern, subject) || glob(pattern, cleanPath(subject))
 	}

@@ -128,7 +128,7 @@ func execRead(ctx context.Context, f *fsys, in args) (string, error) {
 	if !ok {
 		limit = readDefaultLimit
 	}
-	r, err := f.resolve(path)
+	r, err := f.target(path)
 	if err != nil {
 		return "", err
 	}
@@ -190,7 +190,7 @@ func execRead(ctx context.Context, f *fsys, in args) (string, error) {
 func execWrite(_ context.Context, f *fsys, in args) (string, error) {
 	path, _ := in.str("file_path")
 	content, _ := in.str("content")
-	r, err := f.resolve(path)
+	r, err := f.target(path)
 	if err != nil {
 		return "", err
 	}
@@ -239,7 +239,7 @@ func execEdit(_ context.Context, f *fsys, in args) (string, error) {
 	if oldS == newS {
 		return "", errors.New("old_string and new_string are identical; there is nothing to change")
 	}
-	r, err := f.resolve(path)
+	r, err := f.target(path)
 	if err != nil {
 		return "", err
 	}

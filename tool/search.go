@@ -167,7 +167,7 @@ func dirParam(f *fsys, in args, name string) (resolved, string, fs.FileInfo, err
 	if !ok || p == "" {
 		p = "."
 	}
-	r, err := f.resolve(p)
+	r, err := f.target(p)
 	if err != nil {
 		return resolved{}, p, nil, err
 	}
@@ -222,6 +222,9 @@ func execGlob(ctx context.Context, f *fsys, in args) (string, error) {
 		if err != nil || fi.IsDir() {
 			return "No files found", nil
 		}
+		if f.hide(base.real, false) {
+			return "No files found\n" + f.hiddenNote(), nil
+		}
 		return f.display(base.real), nil
 	}
 	g, err := compileGlob(rest)
@@ -255,7 +258,7 @@ func execGlob(ctx context.Context, f *fsys, in args) (string, error) {
 			}
 			return nil
 		}
-		if !g.match(rel) {
+		if !g.match(rel) || f.hide(p, d.Type()&fs.ModeSymlink != 0) {
 			return nil
 		}
 		info, err := d.Info()
@@ -269,7 +272,7 @@ func execGlob(ctx context.Context, f *fsys, in args) (string, error) {
 		return "", fmt.Errorf("glob %s: %v", pattern, unwrapPath(err))
 	}
 	if len(hits) == 0 {
-		return "No files found", nil
+		return withNote("No files found", f.hiddenNote()), nil
 	}
 	slices.SortFunc(hits, func(a, b globHit) int {
 		if c := b.mtime.Compare(a.mtime); c != 0 {
@@ -292,7 +295,15 @@ func execGlob(ctx context.Context, f *fsys, in args) (string, error) {
 		fmt.Fprintf(&b, "\n[showing the %d most recently modified of %d files; use a narrower pattern or path]",
 			globMaxResults, total)
 	}
-	return b.String(), nil
+	return withNote(b.String(), f.hiddenNote()), nil
+}
+
+// withNote appends a note on a line of its own, when there is one.
+func withNote(s, note string) string {
+	if note == "" {
+		return s
+	}
+	return s + "\n" + note
 }
 
 // grepOut collects Grep's output lines up to head_limit.
@@ -393,6 +404,9 @@ func execGrep(ctx context.Context, f *fsys, in args) (string, error) {
 					return nil
 				}
 			}
+			if f.hide(p, false) {
+				return nil
+			}
 			rel, _ := filepath.Rel(base.root, p)
 			if err := gr.file(ctx, root, rel, f.display(p), out); err != nil {
 				return err
@@ -411,15 +425,15 @@ func execGrep(ctx context.Context, f *fsys, in args) (string, error) {
 
 	if len(out.lines) == 0 {
 		if gr.mode == "files_with_matches" {
-			return "No files found", nil
+			return withNote("No files found", f.hiddenNote()), nil
 		}
-		return "No matches found", nil
+		return withNote("No matches found", f.hiddenNote()), nil
 	}
 	s := strings.Join(out.lines, "\n")
 	if out.cut {
 		s += fmt.Sprintf("\n[output cut at head_limit %d]", out.limit)
 	}
-	return s, nil
+	return withNote(s, f.hiddenNote()), nil
 }
 
 // file searches one file; rel is its path in root, disp the path to show.

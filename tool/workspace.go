@@ -19,18 +19,43 @@ import (
 // (after cleaning) and after every symlink in it is resolved. Files are
 // then opened through an os.Root on the containing root, so a symlink
 // swapped in after the check cannot lead outside either.
+//
+// The Workspace is where the session's permission rules are enforced on
+// the path a call really touches: with Permissions set, the resolved path
+// is checked against them (see Permissions), and Glob and Grep leave out,
+// and count, every entry a deny rule covers. ReadOnly and ReadOnlyPaths
+// carry the sandbox mode's write protection to the file tools. A hard link
+// cannot be told from the file it links to by its path: Write and Edit
+// replace a file by renaming a new one over it, so they never write
+// through a hard link into a protected file, but Read of a hard link to a
+// denied file is not caught; the kernel sandbox is the boundary for that.
+//
+// The zero value of every field but Roots checks nothing beyond the roots.
 type Workspace struct {
 	// Roots are the directories the tools may touch. The first one is the
-	// working directory: relative paths resolve against it, and Glob and
-	// Grep show paths relative to it. Relative roots resolve against the
-	// process's working directory.
+	// working directory: relative paths resolve against it, relative rules
+	// are anchored at it, and Glob and Grep show paths relative to it.
+	// Relative roots resolve against the process's working directory.
 	Roots []string
+	// Permissions, when set, are the session's permission mode and rules,
+	// checked again on every path once resolved. Nil checks no rule: the
+	// caller decided on its own.
+	Permissions *Permissions
+	// ReadOnly refuses Write and Edit: the session's sandbox mode is
+	// read-only.
+	ReadOnly bool
+	// ReadOnlyPaths are files and directories Write and Edit must not
+	// change, such as each root's .git in the sandbox mode
+	// workspace-write: a call whose path, as written or resolved, lies in
+	// one is refused. Relative paths are relative to the first root.
+	ReadOnlyPaths []string
 }
 
 // Exec runs the named file tool with the JSON input the model gave and
 // returns the tool result. Failures, including invalid input, a path outside
-// the workspace and an unknown tool name, are results with isError set,
-// worded for the model; Exec does not panic on any input.
+// the workspace, a path the rules refuse and an unknown tool name, are
+// results with isError set, worded for the model; Exec does not panic on
+// any input.
 func (w *Workspace) Exec(ctx context.Context, name string, input json.RawMessage) (content string, isError bool) {
 	var run func(context.Context, *fsys, args) (string, error)
 	switch name {
@@ -55,7 +80,10 @@ func (w *Workspace) Exec(ctx context.Context, name string, input json.RawMessage
 	if err := ctx.Err(); err != nil {
 		return fmt.Sprintf("%s cancelled: %v", name, err), true
 	}
-	f, err := w.fsys()
+	if w.ReadOnly && (name == "Write" || name == "Edit") {
+		return fmt.Sprintf("%s is refused: the session's sandbox is read-only", name), true
+	}
+	f, err := w.fsys(name)
 	if err != nil {
 		return err.Error(), true
 	}
@@ -66,17 +94,19 @@ func (w *Workspace) Exec(ctx context.Context, name string, input json.RawMessage
 	return out, false
 }
 
-// fsys is a Workspace's roots, resolved for one call.
+// fsys is a Workspace's roots, resolved for one call, and the rules the
+// call is held to.
 type fsys struct {
 	given []string // absolute, cleaned, as configured
 	real  []string // with symlinks resolved; same order
+	rules rules
 }
 
-func (w *Workspace) fsys() (*fsys, error) {
+func (w *Workspace) fsys(tool string) (*fsys, error) {
 	if len(w.Roots) == 0 {
 		return nil, errors.New("the workspace has no roots")
 	}
-	f := &fsys{}
+	f := &fsys{rules: rules{tool: tool, perms: w.Permissions, readOnly: w.ReadOnly}}
 	for _, r := range w.Roots {
 		abs, err := filepath.Abs(r)
 		if err != nil {
@@ -89,6 +119,11 @@ func (w *Workspace) fsys() (*fsys, error) {
 		f.given = append(f.given, abs)
 		f.real = append(f.real, real)
 	}
+	protect, err := protectPaths(f.given, w.ReadOnlyPaths)
+	if err != nil {
+		return nil, err
+	}
+	f.rules.protect = protect
 	return f, nil
 }
 
@@ -221,4 +256,21 @@ func relWithin(root, p string) (string, bool) {
 		return "", false
 	}
 	return rel, true
+}
+
+// Resolve returns where a path, as a model writes it for a file tool, leads:
+// absolute, cleaned and with every symlink resolved (the nearest existing
+// ancestor of a path that does not exist yet). A person asked to approve a
+// call should be shown this path, since it is the one the call touches.
+// A path outside the roots is an error, as it is for the tools.
+func (w *Workspace) Resolve(path string) (string, error) {
+	f, err := w.fsys("")
+	if err != nil {
+		return "", err
+	}
+	r, err := f.resolve(path)
+	if err != nil {
+		return "", err
+	}
+	return r.real, nil
 }
