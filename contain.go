@@ -1,12 +1,18 @@
 package vigil
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/shell"
 )
 
@@ -49,16 +55,14 @@ func probeContainment(dataDir string) Containment {
 	return Containment{Cgroups: true, Root: root, Note: "every command runs in a cgroup of its own under " + root}
 }
 
-// Containment reports how this runtime contains the processes it starts.
-func (r *Runtime) Containment() Containment { return r.contain }
 
 // cgroupFor returns the cgroup path for one process of a session, or ""
 // without cgroups.
 func (r *Runtime) cgroupFor(session core.SessionID, name string) string {
-	if !r.contain.Cgroups {
+	if !r.iso.Containment.Cgroups {
 		return ""
 	}
-	return filepath.Join(r.contain.Root, sanitize(string(session)), sanitize(name))
+	return filepath.Join(r.iso.Containment.Root, sanitize(string(session)), sanitize(name))
 }
 
 // killSessionGroups ends every process in the session's cgroups: the
@@ -67,8 +71,8 @@ func (r *Runtime) cgroupFor(session core.SessionID, name string) string {
 // processes were ended.
 func (a *actor) killSessionGroups(recorded []string) int {
 	dirs := append([]string(nil), recorded...)
-	if a.rt.contain.Cgroups {
-		dirs = append(dirs, filepath.Join(a.rt.contain.Root, sanitize(string(a.id))))
+	if a.rt.iso.Containment.Cgroups {
+		dirs = append(dirs, filepath.Join(a.rt.iso.Containment.Root, sanitize(string(a.id))))
 	}
 	n := 0
 	for _, d := range dirs {
@@ -79,4 +83,131 @@ func (a *actor) killSessionGroups(recorded []string) int {
 		}
 	}
 	return n
+}
+
+// Sandbox configures the kernel sandbox of agents' commands (DESIGN rule
+// 12; see internal/sandbox).
+type Sandbox struct {
+	// Mode is read-only, workspace-write or full-access. Empty chooses
+	// workspace-write where the machine has a sandbox, and full-access,
+	// said loudly at start-up and in Isolation, where it has none. A
+	// confined mode the machine cannot enforce is refused by Open.
+	Mode string
+	// Network lets confined commands use the network; off by default.
+	Network bool
+	// WritableGit leaves each root's .git writable in workspace-write; by
+	// default it is read-only, so a command cannot plant a hook or an alias
+	// that git would run later outside the sandbox.
+	WritableGit bool
+}
+
+// Isolation says how this runtime confines and contains what agents run.
+type Isolation struct {
+	// Sandbox is the mode commands run in.
+	Sandbox sandbox.Mode
+	// Network reports whether confined commands may use the network.
+	Network bool
+	// Kernel is what the machine offers, in a sentence (the probe's).
+	Kernel string
+	// Containment is how processes are kept within reach.
+	Containment Containment
+	// Warning, when set, says loudly what is weaker than the default.
+	Warning string
+}
+
+// Isolation reports how this runtime confines and contains what agents run.
+func (r *Runtime) Isolation() Isolation { return r.iso }
+
+// setupIsolation probes the kernel and settles the sandbox mode.
+func setupIsolation(ctx context.Context, opts Sandbox, dataDir string) (Isolation, sandbox.Report, error) {
+	rep := sandbox.Probe(ctx)
+	iso := Isolation{Network: opts.Network, Kernel: rep.String(), Containment: probeContainment(dataDir)}
+	switch opts.Mode {
+	case "":
+		iso.Sandbox = sandbox.WorkspaceWrite
+		if rep.Check(sandbox.WorkspaceWrite) != nil {
+			iso.Sandbox = sandbox.FullAccess
+			iso.Warning = "NO SANDBOX: agents' commands run with full access to this machine (" + rep.String() +
+				"); install bubblewrap, or a kernel with Landlock, to confine them"
+		}
+	default:
+		m, err := sandbox.ParseMode(opts.Mode)
+		if err != nil {
+			return iso, rep, err
+		}
+		if err := rep.Check(m); err != nil {
+			return iso, rep, err
+		}
+		iso.Sandbox = m
+		if m == sandbox.FullAccess {
+			iso.Warning = "sandbox full-access: agents' commands run with full access to this machine, as configured"
+		}
+	}
+	if !iso.Containment.Cgroups && iso.Sandbox == sandbox.FullAccess {
+		w := "commands are contained by process group only: " + iso.Containment.Note
+		iso.Warning = strings.TrimPrefix(iso.Warning+"; "+w, "; ")
+	}
+	return iso, rep, nil
+}
+
+// wrapFor returns the sandbox wrapper of one command of a session, or nil
+// for none (full access with cgroups, or no way to contain more).
+func (r *Runtime) wrapFor(env toolEnv) func(*exec.Cmd) error {
+	mode := r.iso.Sandbox
+	if mode == sandbox.FullAccess && r.iso.Containment.Cgroups {
+		return nil
+	}
+	// The private tmp lives outside the data directory, which is hidden.
+	sum := sha256.Sum256([]byte(env.sessionDir))
+	tmp := filepath.Join(os.TempDir(), "vigil-tmp-"+hex.EncodeToString(sum[:6]))
+	p := sandbox.Policy{
+		Mode: mode, Roots: env.roots, Network: r.opts.Sandbox.Network, WritableGit: r.opts.Sandbox.WritableGit,
+		Hidden: append([]string{r.opts.DataDir}, hiddenByRules(env.roots, env.perms.Deny)...), Tmp: tmp,
+		// Without cgroups, a PID namespace is what keeps a command's
+		// processes within reach.
+		Contain: mode == sandbox.FullAccess,
+	}
+	rep := r.sandbox
+	return func(cmd *exec.Cmd) error {
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return fmt.Errorf("sandbox tmp: %w", err)
+		}
+		if cmd.Dir == "" && mode != sandbox.FullAccess {
+			// A session without a directory runs its commands in its
+			// private tmp (vigil's own directory may not be visible).
+			cmd.Dir = tmp
+			if rep.Backend() == sandbox.BackendBwrap {
+				cmd.Dir = "/tmp"
+			}
+		}
+		return sandbox.Wrap(cmd, p, rep)
+	}
+}
+
+// hiddenByRules returns the paths that deny Read rules name literally
+// ("Read(secrets)", "Read(secrets/*)", "Read(/etc/creds/**)"): the sandbox
+// hides them from commands as the rules hide them from the file tools. A
+// pattern with a wildcard elsewhere names no one path and is left to the
+// rules.
+func hiddenByRules(roots, deny []string) []string {
+	var out []string
+	for _, rule := range deny {
+		tool, pat, ok := strings.Cut(rule, "(")
+		if !ok || tool != "Read" || !strings.HasSuffix(pat, ")") {
+			continue
+		}
+		pat = strings.TrimSuffix(pat, ")")
+		pat = strings.TrimSuffix(strings.TrimSuffix(pat, "/**"), "/*")
+		if pat == "" || strings.ContainsAny(pat, "*?[{") {
+			continue
+		}
+		if !filepath.IsAbs(pat) {
+			if len(roots) == 0 {
+				continue
+			}
+			pat = filepath.Join(roots[0], pat)
+		}
+		out = append(out, filepath.Clean(pat))
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/tool"
@@ -195,6 +196,17 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 		ws := tool.Workspace{Roots: env.roots, Permissions: &tool.Permissions{
 			Mode: string(env.perms.Mode), Allow: env.perms.Allow, Deny: env.perms.Deny, Approved: env.approved,
 		}}
+		// The file tools keep the sandbox's write rules too.
+		switch r.iso.Sandbox {
+		case sandbox.ReadOnly:
+			ws.ReadOnly = true
+		case sandbox.WorkspaceWrite:
+			if !r.opts.Sandbox.WritableGit {
+				for _, root := range env.roots {
+					ws.ReadOnlyPaths = append(ws.ReadOnlyPaths, filepath.Join(root, ".git"))
+				}
+			}
+		}
 		return ws.Exec(ctx, ef.Name, ef.Input)
 	default:
 		return fmt.Sprintf("Error: unknown tool %q", ef.Name), true
@@ -219,7 +231,7 @@ func (r *Runtime) execBash(ctx context.Context, env toolEnv, ef core.ExecTool) (
 	}
 	out := filepath.Join(env.sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
 	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: r.commandEnv(),
-		Cgroup: r.cgroupFor(env.session, "tool-"+string(ef.Agent)+"-"+ef.UseID)})
+		Cgroup: r.cgroupFor(env.session, "tool-"+string(ef.Agent)+"-"+ef.UseID), Wrap: r.wrapFor(env)})
 	var b strings.Builder
 	b.WriteString(res.Tail)
 	if res.Truncated || res.OutputBytes > int64(len(res.Tail)) {
@@ -294,7 +306,8 @@ func (a *actor) startShell(ef core.StartShell) {
 		return
 	}
 	cg := a.rt.cgroupFor(a.id, "task-"+string(ef.Task))
-	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: a.rt.commandEnv(), Cgroup: cg})
+	env := toolEnv{session: a.id, sessionDir: a.rt.sessionDir(a.id), roots: a.state.Session.Roots(), perms: a.state.Session.Permissions.Clone()}
+	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: a.rt.commandEnv(), Cgroup: cg, Wrap: a.rt.wrapFor(env)})
 	if err != nil {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return

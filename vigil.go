@@ -27,6 +27,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
 )
@@ -97,6 +98,10 @@ type Options struct {
 	// the locale, TERM, USER, SHELL, TMPDIR, TZ). Names starting with
 	// VIGIL_ are refused.
 	CommandEnv []string
+	// Sandbox configures the kernel sandbox of agents' commands; the zero
+	// value confines them to the session's directories where the machine
+	// can.
+	Sandbox Sandbox
 }
 
 // Observer receives measurements from the runtime. Implementations must be
@@ -144,7 +149,8 @@ type Runtime struct {
 	leaseTTL  time.Duration
 	renewStop chan struct{}
 	allSubs   *fanout
-	contain   Containment
+	iso       Isolation
+	sandbox   sandbox.Report
 }
 
 // Open starts a runtime on a store and takes over every open session in it:
@@ -196,12 +202,17 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
 		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL,
-		renewStop: make(chan struct{}), allSubs: newFanout(), contain: probeContainment(opts.DataDir),
+		renewStop: make(chan struct{}), allSubs: newFanout(),
 	}
-	if r.contain.Cgroups {
-		r.log.Info("containment: " + r.contain.Note)
-	} else {
-		r.log.Warn("containment: " + r.contain.Note)
+	iso, rep, err := setupIsolation(ctx, opts.Sandbox, opts.DataDir)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("vigil: %w", err)
+	}
+	r.iso, r.sandbox = iso, rep
+	r.log.Info("isolation", "sandbox", iso.Sandbox, "network", iso.Network, "kernel", iso.Kernel, "containment", iso.Containment.Note)
+	if iso.Warning != "" {
+		r.log.Warn(iso.Warning)
 	}
 	if err := r.recoverAll(ctx); err != nil {
 		r.Close()

@@ -66,6 +66,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/catalog"
 	"github.com/vigilrun/vigil/internal/cmdenv"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/anthropic"
 	"github.com/vigilrun/vigil/provider/openai"
@@ -105,12 +106,26 @@ type Config struct {
 	// refused. Only the user's file may set it: a project cannot ask for
 	// the user's secrets.
 	CommandEnv []string `yaml:"command_env"`
+	// Sandbox confines agents' commands with the kernel. Only the user's
+	// file may set it: a project cannot loosen it.
+	Sandbox Sandbox `yaml:"sandbox"`
 	// Sources lists the files read, in order.
 	Sources []string `yaml:"-"`
 	// Rules are the project rules a person saved (RulesFile), kept in
 	// RulesPath.
 	Rules     ProjectRules `yaml:"-"`
 	RulesPath string       `yaml:"-"`
+}
+
+// Sandbox is the kernel sandbox of agents' commands.
+type Sandbox struct {
+	// Mode is read-only, workspace-write or full-access; empty chooses
+	// workspace-write where the machine has a sandbox.
+	Mode string `yaml:"mode"`
+	// Network lets confined commands use the network (off by default).
+	Network bool `yaml:"network"`
+	// WritableGit leaves each root's .git writable in workspace-write.
+	WritableGit bool `yaml:"writable_git"`
 }
 
 // Provider configures one provider.
@@ -331,6 +346,11 @@ func Load(env Env, files ...File) (*Config, error) {
 			if err := cmdenv.Check(layer.CommandEnv); err != nil {
 				return nil, fmt.Errorf("config %s: %w", f.Path, err)
 			}
+			if m := layer.Sandbox.Mode; m != "" {
+				if _, err := sandbox.ParseMode(m); err != nil {
+					return nil, fmt.Errorf("config %s: %w", f.Path, err)
+				}
+			}
 			c.merge(&layer)
 		}
 		c.Sources = append(c.Sources, f.Path)
@@ -450,6 +470,11 @@ func (c *Config) merge(o *Config) {
 		c.BackgroundTimeout = o.BackgroundTimeout
 	}
 	c.CommandEnv = append(c.CommandEnv, o.CommandEnv...)
+	if o.Sandbox.Mode != "" {
+		c.Sandbox.Mode = o.Sandbox.Mode
+	}
+	c.Sandbox.Network = c.Sandbox.Network || o.Sandbox.Network
+	c.Sandbox.WritableGit = c.Sandbox.WritableGit || o.Sandbox.WritableGit
 	for name, p := range o.Providers {
 		cur := c.Providers[name]
 		if p.Kind != "" {

@@ -45,6 +45,7 @@ type ApproveOutput struct {
 	Approval string `json:"approval"`
 	Answer   string `json:"answer"`
 	Rule     string `json:"rule,omitempty" jsonschema:"the session rule an always answer added"`
+	Grants   string `json:"grants,omitempty" jsonschema:"what that rule really grants, in plain words"`
 }
 
 // pendingApprovals lists the permission requests of the caller's agents.
@@ -101,6 +102,7 @@ func (s *Server) approve(ctx context.Context, owner string, in ApproveInput) (Ap
 		err = s.rt.AnswerApproval(ctx, sess, id, false, "mcp:"+owner, in.Reason)
 	case "always":
 		out.Rule, _ = permission.RuleFor(p.Tool, p.Input)
+		out.Grants, _ = permission.Grants(out.Rule)
 		err = s.rt.AnswerApprovalAlways(ctx, sess, id, "mcp:"+owner)
 	default:
 		return ApproveOutput{}, fmt.Errorf("answer %q: want allow, always or deny", in.Answer)

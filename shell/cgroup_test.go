@@ -172,3 +172,31 @@ func TestCgroupBaseAndMount(t *testing.T) {
 	}
 	testCgroup(t)
 }
+
+// BenchmarkRunTrue measures a command's start-to-result cost without and
+// with a cgroup of its own (created, joined, killed and removed).
+func BenchmarkRunTrue(b *testing.B) {
+	base, err := CgroupBase()
+	for _, cg := range []bool{false, true} {
+		b.Run(fmt.Sprintf("cgroup=%v", cg), func(b *testing.B) {
+			if cg && err != nil {
+				b.Skipf("no writable cgroup v2: %v", err)
+			}
+			dir := filepath.Join(base, fmt.Sprintf("vigil-bench-%d", rand.Uint64()))
+			defer KillCgroup(dir, guard)
+			for i := 0; b.Loop(); i++ {
+				spec := Spec{Command: "true"}
+				if cg {
+					spec.Cgroup = filepath.Join(dir, fmt.Sprint(i))
+				}
+				p, err := Start(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res := p.Wait(); res.ExitCode != 0 {
+					b.Fatalf("%+v", res)
+				}
+			}
+		})
+	}
+}

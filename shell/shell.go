@@ -100,6 +100,10 @@ type Spec struct {
 	// vigil killed with SIGKILL ends what is left with KillCgroup. Empty
 	// means the process group alone, which a process can leave (setsid).
 	Cgroup string
+	// Wrap, when set, rewrites the command before it starts: a sandbox
+	// (internal/sandbox.Wrap) puts its launcher in front. Its error fails
+	// Start.
+	Wrap func(*exec.Cmd) error
 }
 
 // Clock is the time source a Process uses.
@@ -203,6 +207,19 @@ func Start(spec Spec) (*Process, error) {
 	cmd.Stdout = w
 	cmd.Stderr = w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Wrap != nil {
+		if err := spec.Wrap(cmd); err != nil {
+			r.Close()
+			w.Close()
+			discardOutput(out)
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		defer func() {
+			for _, f := range cmd.ExtraFiles {
+				f.Close() // the child has its copies
+			}
+		}()
+	}
 	if spec.Cgroup != "" {
 		release, err := IntoCgroup(cmd.SysProcAttr, spec.Cgroup)
 		if err != nil {

@@ -54,21 +54,27 @@ func TestKill9Containment(t *testing.T) {
 	}
 	n := containIterations(t)
 	t.Logf("containment test seed %d (replay with -crash.seed %d), %d iterations", seed, seed, n)
-	rng := rand.New(rand.NewPCG(seed, 11))
-	killed, checked := 0, 0
-	for i := range n {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			k, c := containOnce(t, rng)
-			killed += k
-			checked += c
+	// Both ways processes are kept within reach: the default sandbox
+	// (bubblewrap's PID namespace, in a cgroup) and cgroups alone.
+	for _, mode := range []string{"workspace-write", "full-access"} {
+		t.Run(mode, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			killed, checked := 0, 0
+			for i := range n {
+				t.Run(fmt.Sprint(i), func(t *testing.T) {
+					k, c := containOnce(t, rng, mode)
+					killed += k
+					checked += c
+				})
+			}
+			t.Logf("%s, %d iterations: vigil killed %d times; %d recoveries checked", mode, n, killed, checked)
 		})
 	}
-	t.Logf("%d iterations: vigil killed %d times; %d recoveries checked with no task process alive", n, killed, checked)
 }
 
 // containOnce runs one kill -9 round; it returns how many times vigil was
 // killed and how many recoveries were checked.
-func containOnce(t *testing.T, rng *rand.Rand) (kills, checked int) {
+func containOnce(t *testing.T, rng *rand.Rand, sandbox string) (kills, checked int) {
 	data, cwd := t.TempDir(), t.TempDir()
 	nonce := fmt.Sprintf("300.%06d", rng.IntN(1_000_000))
 	src, err := os.ReadFile("testdata/contain.yaml")
@@ -80,7 +86,7 @@ func containOnce(t *testing.T, rng *rand.Rand) (kills, checked int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { killNonce(nonce) })
-	base := []string{"run", "--data", data, "--script", scenario, "--permission-mode", "bypass", "--cwd", cwd,
+	base := []string{"run", "--data", data, "--script", scenario, "--permission-mode", "bypass", "--cwd", cwd, "--sandbox", sandbox,
 		"--output-format", "stream-json", "--timeout", "2m"}
 	args := append(append([]string{}, base...), "Start the commands")
 	session := ""

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/postgres"
@@ -34,6 +35,7 @@ var (
 // TestMain lets the test binary run as the vigil command: the crash test
 // starts it as a child process and kills it.
 func TestMain(m *testing.M) {
+	sandbox.Main()
 	if os.Getenv("VIGIL_AS_CLI") == "1" {
 		ctx, stop := signalContext()
 		defer stop()

@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/vigilrun/vigil/internal/sandbox"
 )
 
 // command is one subcommand.
@@ -64,6 +66,7 @@ func commands() map[string]command {
 }
 
 func main() {
+	sandbox.Main() // a sandboxed command's launcher never returns from it
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}

@@ -96,7 +96,7 @@ flags:`)
 	}
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// The sessions of MCP callers: those a 'vigil run' or 'vigil serve'
 		// left open are theirs to take over.
 		Adopt: func(row store.SessionRow) bool { return row.Owner != "" },

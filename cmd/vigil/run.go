@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/config"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
 )
@@ -76,7 +77,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// A headless run takes over only the session it resumes; other
 		// open sessions of the store are left to their owners or to serve.
 		Adopt: func(row store.SessionRow) bool { return row.ID == *resume },
@@ -315,14 +316,19 @@ func firstLine(s string, n int) string {
 	return s
 }
 
-// storeFlags choose where sessions are kept.
+// storeFlags choose where sessions are kept, and how agents' commands are
+// confined.
 type storeFlags struct {
-	memory bool
-	data   string
-	db     string
+	memory  bool
+	data    string
+	db      string
+	sandbox string
+	network bool
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.sandbox, "sandbox", "", "confine agents' commands: read-only, workspace-write (the session's directories; .git read-only) or full-access\n(default: the config's sandbox.mode, else workspace-write where the kernel allows)")
+	fs.BoolVar(&f.network, "network", false, "let confined commands use the network (default: the config's sandbox.network, else off)")
 	fs.BoolVar(&f.memory, "memory", false, "keep the session in memory only (nothing survives the process)")
 	fs.StringVar(&f.data, "data", "", "data directory (default: $VIGIL_DATA, else $XDG_DATA_HOME/vigil, else ~/.local/share/vigil)")
 	fs.StringVar(&f.db, "db", "", "database: a postgres:// URL (default: $VIGIL_DB, else SQLite in the data directory)")
@@ -370,4 +376,17 @@ func (b *budgetFlags) register(fs *flag.FlagSet) {
 
 func (b *budgetFlags) budget() core.Budget {
 	return core.Budget{Tokens: b.tokens, Rounds: b.rounds, Wall: b.wall, Cost: int64(b.usd * 1e6)}
+}
+
+// sandboxOptions merges the flags into the configuration's sandbox.
+func (f *storeFlags) sandboxOptions(cfg *config.Config) vigil.Sandbox {
+	sb := vigil.Sandbox{}
+	if cfg != nil {
+		sb = vigil.Sandbox{Mode: cfg.Sandbox.Mode, Network: cfg.Sandbox.Network, WritableGit: cfg.Sandbox.WritableGit}
+	}
+	if f.sandbox != "" {
+		sb.Mode = f.sandbox
+	}
+	sb.Network = sb.Network || f.network
+	return sb
 }

@@ -82,7 +82,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	}
 	metrics := server.NewMetrics()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node,
+		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node,
 		Logger: logger, Observer: metrics,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -31,7 +32,9 @@ func TestMain(m *testing.M) {
 //     control request of another kind; each reports the answer it got in
 //     a result frame (its error, empty for a success);
 //   - "crash" writes to stderr and exits with status 3;
-//   - "stubborn" ignores SIGTERM and stdin's end from then on.
+//   - "stubborn" ignores SIGTERM and stdin's end from then on;
+//   - "detach N" starts "setsid -f sleep N", which leaves the CLI's
+//     process group and session.
 //
 // At the end of stdin it exits 0.
 func fakeCLI() int {
@@ -78,6 +81,14 @@ func fakeCLI() int {
 			out.Flush()
 			fmt.Fprintln(os.Stderr, "fatal: something broke")
 			return 3
+		case strings.HasPrefix(l.Message.Content, "detach "):
+			// A command the CLI ran that left its process group and session.
+			cmd := exec.Command("setsid", "-f", "sleep", strings.TrimPrefix(l.Message.Content, "detach "))
+			if err := cmd.Run(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Fprintln(out, `{"type":"result","subtype":"success","num_turns":1,"result":"detached"}`)
 		case l.Message.Content == "stubborn":
 			stubborn = true
 			signal.Ignore(syscall.SIGTERM)

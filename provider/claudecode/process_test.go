@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/shell"
 )
 
 // fake starts the test binary as a fake CLI (see fakeCLI).
@@ -232,6 +235,42 @@ func TestProcessCloseEscalates(t *testing.T) {
 	_, reason := f.exit()
 	if !strings.Contains(reason, "closed by vigil (signal: killed)") {
 		t.Fatalf("reason %q", reason)
+	}
+}
+
+// Whatever the CLI started ends with it, even a process that left its
+// process group and session (setsid): the CLI runs in a cgroup of its own,
+// killed whole when it exits.
+func TestProcessCgroupEndsDetached(t *testing.T) {
+	base, err := shell.CgroupBase()
+	if err != nil {
+		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
+			t.Fatalf("no writable cgroup v2 here: %v", err)
+		}
+		t.Skipf("SKIP: no writable cgroup v2 here (%v)", err)
+	}
+	cg := filepath.Join(base, fmt.Sprintf("vigil-test-%d", rand.Uint64()))
+	t.Cleanup(func() { shell.KillCgroup(cg, 10*time.Second) })
+	nonce := fmt.Sprintf("300.%06d", rand.IntN(1_000_000))
+	f := startFake(t, provider.SessionStart{Cgroup: cg}, nil)
+	if err := f.proc.Deliver("detach "+nonce, core.PriorityNext); err != nil {
+		t.Fatal(err)
+	}
+	f.until("the detach reply", isTurnEnd)
+	pids, err := shell.CgroupProcs(cg)
+	if err != nil || len(pids) < 2 {
+		t.Fatalf("the CLI's cgroup holds %v (%v); want the CLI and the detached sleep", pids, err)
+	}
+	if err := f.proc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.exit()
+	// ProviderExited came after the group was killed and removed.
+	if left, _ := shell.CgroupProcs(cg); len(left) > 0 {
+		t.Fatalf("processes %v outlived the CLI", left)
+	}
+	if _, err := os.Stat(cg); err == nil {
+		t.Fatalf("the CLI's cgroup %s is left", cg)
 	}
 }
 

@@ -1,0 +1,85 @@
+package vigil
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/sandbox"
+	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store/memstore"
+)
+
+// By default an agent's commands and file tools run in workspace-write:
+// they write the session's directory, not what lies outside it, not its
+// .git, and not vigil's data; in bypass mode too, where no rule is asked.
+func TestSandboxByDefault(t *testing.T) {
+	cwd, outside := t.TempDir(), t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(cwd, ".git", "hooks"), 0o755))
+	must(t, os.WriteFile(filepath.Join(cwd, ".git", "config"), []byte("[core]\n"), 0o644))
+	sentinel := filepath.Join(outside, "sentinel")
+	must(t, os.WriteFile(sentinel, []byte("keep"), 0o644))
+	data := t.TempDir()
+	sc, err := script.Parse([]byte(`
+name: sandbox
+agents:
+  main:
+    turns:
+      - tools:
+          - Bash: {command: "rm -f ` + sentinel + `; echo pwned >> .git/config; cat ` + filepath.Join(data, "token") + `; echo ok > inside.txt"}
+          - Bash: {command: "/usr/bin/curl -sS --max-time 5 http://127.0.0.1:1/ || echo NO-NETWORK"}
+          - Write: {file_path: ".git/hooks/pre-commit", content: "#!/bin/sh\ntouch /tmp/pwned\n"}
+      - say: "done"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(data, "token"), []byte("SECRET-TOKEN"), 0o600))
+	rt, err := Open(context.Background(), Options{
+		Store: memstore.New(), Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
+		DataDir: data, Node: "test", Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if iso := rt.Isolation(); iso.Sandbox != sandbox.WorkspaceWrite {
+		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
+			t.Fatalf("the default sandbox is %s here: %s", iso.Sandbox, iso.Warning)
+		}
+		t.Skipf("SKIP: no sandbox on this machine (%s)", iso.Kernel)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "go", Cwd: cwd, Permissions: core.Permissions{Mode: core.PermBypass}})
+	must(t, err)
+	must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+	var tr bytes.Buffer
+	must(t, rt.Transcript(ctx, string(sess.ID), "main", &tr))
+	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "keep" {
+		t.Errorf("a command removed a file outside the session's directory: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cwd, ".git", "config")); string(b) != "[core]\n" {
+		t.Errorf("a command wrote .git/config: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, ".git", "hooks", "pre-commit")); err == nil {
+		t.Errorf("the Write tool planted a git hook")
+	}
+	if b, err := os.ReadFile(filepath.Join(cwd, "inside.txt")); err != nil || string(b) != "ok\n" {
+		t.Errorf("a command could not write its own directory: %q, %v", b, err)
+	}
+	for _, leak := range []string{"SECRET-TOKEN"} {
+		if strings.Contains(tr.String(), leak) {
+			t.Errorf("a command read vigil's data directory: %s", leak)
+		}
+	}
+	if !strings.Contains(tr.String(), "NO-NETWORK") {
+		t.Errorf("a confined command reached the network:\n%s", tr.String())
+	}
+}
