@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
 )
@@ -40,14 +39,7 @@ agents:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := Open(context.Background(), Options{
-		Store: memstore.New(), Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-		DataDir: t.TempDir(), Node: "test", Logger: testLogger(t), CommandEnv: []string{"GOFLAGS"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.CommandEnv = []string{"GOFLAGS"} })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cwd := t.TempDir()

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
@@ -167,7 +167,7 @@ func TestOutageAnswers(t *testing.T) {
 		open func(t *testing.T) (store.Store, func(down bool))
 	}{
 		{"postgres", func(t *testing.T) (store.Store, func(bool)) {
-			dsn := pgDSN(t)
+			dsn := pgtest.Fresh(t)
 			u, err := url.Parse(dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -195,14 +195,7 @@ func TestOutageAnswers(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			st, setDown := b.open(t)
 			clock := &manualClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-			rt, err := Open(context.Background(), Options{
-				Store: st, Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-				DataDir: t.TempDir(), Node: "test", Logger: testLogger(t), Clock: clock, LeaseTTL: 30 * time.Second,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rt.Close()
+			rt := openWith(t, st, sc, func(o *Options) { o.Clock, o.LeaseTTL = clock, 30*time.Second })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "before"})

@@ -13,6 +13,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -35,15 +36,26 @@ func openScript(t *testing.T, path string) (*Runtime, *memstore.Store) {
 		t.Fatal(err)
 	}
 	st := memstore.New()
-	rt, err := Open(context.Background(), Options{
+	return openWith(t, st, sc, nil), st
+}
+
+// openWith opens a runtime on st whose default provider plays sc; tune,
+// when set, changes the options first. The runtime closes with the test.
+func openWith(t *testing.T, st store.Store, sc *script.Scenario, tune func(*Options)) *Runtime {
+	t.Helper()
+	opts := Options{
 		Store: st, Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
 		DataDir: t.TempDir(), Node: "test", Logger: testLogger(t),
-	})
+	}
+	if tune != nil {
+		tune(&opts)
+	}
+	rt, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	return rt, st
+	return rt
 }
 
 func notes(s *core.State) []*core.Note {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
 )
@@ -41,14 +40,7 @@ agents:
 		t.Fatal(err)
 	}
 	must(t, os.WriteFile(filepath.Join(data, "token"), []byte("SECRET-TOKEN"), 0o600))
-	rt, err := Open(context.Background(), Options{
-		Store: memstore.New(), Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-		DataDir: data, Node: "test", Logger: testLogger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.DataDir = data })
 	if iso := rt.Isolation(); iso.Sandbox != sandbox.WorkspaceWrite {
 		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
 			t.Fatalf("the default sandbox is %s here: %s", iso.Sandbox, iso.Warning)

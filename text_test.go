@@ -4,17 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
@@ -36,40 +32,6 @@ agents:
       - say: "answered: {{.Input}}"
 `
 
-// pgDSN creates a database for one test and drops it afterwards.
-func pgDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("VIGIL_TEST_POSTGRES")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatalf("PostgreSQL not reachable at %s: %v", base, err)
-		}
-		t.Skipf("SKIP: PostgreSQL not reachable at %s (%v); set VIGIL_TEST_POSTGRES", base, err)
-	}
-	defer conn.Close(context.Background())
-	name := fmt.Sprintf("vigil_text_%d", rand.Uint64())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), base); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	cfg, err := pgx.ParseConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-}
-
 // A NUL byte or invalid UTF-8 in a request is refused with an error naming
 // the field, and an outcome that holds them is kept with U+FFFD in their
 // place: on SQLite and PostgreSQL alike, the session goes on.
@@ -90,7 +52,7 @@ func TestTextNoStoreKeeps(t *testing.T) {
 			return st
 		}},
 		{"postgres", func(t *testing.T) store.Store {
-			st, err := postgres.Open(context.Background(), pgDSN(t), nil)
+			st, err := postgres.Open(context.Background(), pgtest.Fresh(t), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,15 +61,8 @@ func TestTextNoStoreKeeps(t *testing.T) {
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			st := b.open(t)
-			rt, err := Open(context.Background(), Options{
-				Store: st, Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-				DataDir: t.TempDir(), Node: "test", Logger: testLogger(t),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			defer rt.Close()
+			t.Cleanup(func() { st.Close() })
+			rt := openWith(t, st, sc, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 
@@ -187,14 +142,7 @@ func TestRefusedCommitDoesNotJam(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := &refusingStore{Store: memstore.New(), marker: []byte("UNSTORABLE")}
-		rt, err := Open(context.Background(), Options{
-			Store: st, Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-			DataDir: t.TempDir(), Node: "test", Logger: testLogger(t),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rt.Close() })
+		rt := openWith(t, st, sc, nil)
 		sess, err := rt.CreateSession(context.Background(), SessionParams{Prompt: "go", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {
 			t.Fatal(err)

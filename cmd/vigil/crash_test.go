@@ -16,10 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
@@ -113,7 +112,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 		}},
 		{"postgres", func(t *testing.T) ([]string, func() store.Store) {
-			dsn := freshPostgres(t)
+			dsn := pgtest.Fresh(t)
 			return []string{"--data", t.TempDir(), "--db", dsn}, func() store.Store {
 				st, err := postgres.Open(context.Background(), dsn, nil)
 				if err != nil {
@@ -336,39 +335,4 @@ func checkStore(t *testing.T, st store.Store, session string) {
 		t.Errorf("the finished session was not closed")
 	}
 	t.Logf("%d events, %d recoveries, %d notifications, %d messages, %d items given back, %d shell tasks interrupted", len(evs), recoveries, len(written), len(s.Msgs), returned, interrupted)
-}
-
-// freshPostgres creates a database for one test and drops it afterwards.
-func freshPostgres(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("VIGIL_TEST_POSTGRES")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatalf("PostgreSQL not reachable at %s: %v", base, err)
-		}
-		t.Skipf("SKIP: PostgreSQL not reachable at %s (%v); set VIGIL_TEST_POSTGRES", base, err)
-	}
-	defer conn.Close(context.Background())
-	name := fmt.Sprintf("vigil_crash_%d", rand.Uint64())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	cfg, err := pgx.ParseConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
 }

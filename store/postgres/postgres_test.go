@@ -2,88 +2,17 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/storetest"
 )
 
-const defaultTestDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// adminDSN is the server the tests create their databases on.
-func adminDSN() string {
-	if dsn := os.Getenv("VIGIL_TEST_POSTGRES"); dsn != "" {
-		return dsn
-	}
-	return defaultTestDSN
-}
-
-// redact hides a password in a URL DSN.
-func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		return u.Redacted()
-	}
-	return dsn
-}
-
-// withDatabase returns dsn pointing at database name.
-func withDatabase(dsn, name string) string {
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		u.Path = "/" + name
-		return u.String()
-	}
-	return dsn + " dbname=" + name
-}
-
-// testDB creates a database of the test's own and returns its DSN; it is
-// dropped when the test ends. Without a reachable server the test is
-// skipped, loudly, or fails when VIGIL_TEST_STRICT=1.
-func testDB(t testing.TB) string {
-	t.Helper()
-	admin := adminDSN()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		msg := fmt.Sprintf("SKIP: PostgreSQL not reachable at %s (%v); set VIGIL_TEST_POSTGRES", redact(admin), err)
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatal(msg)
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		t.Skip(msg)
-	}
-	defer conn.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "vigil_test_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	return withDatabase(admin, name)
-}
+// testDB creates a database of the test's own (see internal/pgtest).
+func testDB(t testing.TB) string { return pgtest.Fresh(t) }
 
 type tWriter struct{ t testing.TB }
 
