@@ -528,6 +528,8 @@ func (a *actor) saveSnapshot(s *core.State) error {
 func (a *actor) after(events []core.Event, effects []core.Effect) {
 	for _, e := range events {
 		switch b := e.Body.(type) {
+		case *core.SessionClosed:
+			go a.rt.cleanupSession(a.id)
 		case *core.Dropped:
 			a.rt.log.Warn("dropped", "session", a.id, "what", b.What, "reason", b.Reason, "detail", b.Detail)
 			if o := a.rt.opts.Observer; o != nil {

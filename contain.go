@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,19 +43,74 @@ type Containment struct {
 	Note string
 }
 
-// probeContainment finds where this runtime may create cgroups.
+// probeContainment finds where this runtime may create cgroups, and
+// records the place in the data directory (rootsFile): a successor started
+// in another cgroup (another terminal, another service) still finds the
+// groups this one made.
 func probeContainment(dataDir string) Containment {
 	base, err := shell.CgroupBase()
 	if err != nil {
-		return Containment{Note: "commands are contained by process group only: " + err.Error() +
-			"; a command that starts a new session (setsid, a daemon) can outlive vigil"}
+		return Containment{Note: "no cgroups: " + err.Error()}
 	}
-	abs, _ := filepath.Abs(dataDir)
-	sum := sha256.Sum256([]byte(abs))
+	sum := sha256.Sum256([]byte(canonicalDir(dataDir)))
 	root := filepath.Join(base, "vigil-"+hex.EncodeToString(sum[:6]))
-	return Containment{Cgroups: true, Root: root, Note: "every command runs in a cgroup of its own under " + root}
+	c := Containment{Cgroups: true, Root: root, Note: "every command runs in a cgroup of its own under " + root}
+	if err := recordRoot(dataDir, root); err != nil {
+		c.Note += " (" + err.Error() + ")"
+	}
+	return c
 }
 
+// rootsFile lists, in the data directory, every cgroup root a runtime on
+// it has used.
+const rootsFile = "cgroup-roots"
+
+// canonicalDir is dir, absolute, with symlinks resolved where it exists.
+func canonicalDir(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real
+	}
+	return abs
+}
+
+// recordRoot adds root to the data directory's list of cgroup roots.
+func recordRoot(dataDir, root string) error {
+	path := filepath.Join(dataDir, rootsFile)
+	if slices.Contains(cgroupRoots(dataDir), root) {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("record cgroup root: %w", err)
+	}
+	_, err = fmt.Fprintln(f, root)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record cgroup root: %w", err)
+	}
+	return nil
+}
+
+// cgroupRoots returns the cgroup roots runtimes on dataDir have used.
+func cgroupRoots(dataDir string) []string {
+	b, err := os.ReadFile(filepath.Join(dataDir, rootsFile))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line = strings.TrimSpace(line); filepath.IsAbs(line) && !slices.Contains(out, line) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
 
 // cgroupFor returns the cgroup path for one process of a session, or ""
 // without cgroups.
@@ -66,11 +122,15 @@ func (r *Runtime) cgroupFor(session core.SessionID, name string) string {
 }
 
 // killSessionGroups ends every process in the session's cgroups: the
-// recorded paths (which an earlier vigil may have made under another root)
-// and everything under the session's directory here. It returns how many
-// processes were ended.
+// recorded paths, and everything under the session's directory of every
+// cgroup root a runtime on this data directory has used (a foreground
+// command, a task whose start was never committed, made by a vigil that
+// ran in another cgroup). It returns how many processes were ended.
 func (a *actor) killSessionGroups(recorded []string) int {
 	dirs := append([]string(nil), recorded...)
+	for _, root := range cgroupRoots(a.rt.opts.DataDir) {
+		dirs = append(dirs, filepath.Join(root, sanitize(string(a.id))))
+	}
 	if a.rt.iso.Containment.Cgroups {
 		dirs = append(dirs, filepath.Join(a.rt.iso.Containment.Root, sanitize(string(a.id))))
 	}
@@ -99,6 +159,11 @@ type Sandbox struct {
 	// default it is read-only, so a command cannot plant a hook or an alias
 	// that git would run later outside the sandbox.
 	WritableGit bool
+	// Protect are more paths kept read-only in workspace-write, for the
+	// commands and the file tools alike: vigil's own configuration (a
+	// command that could write it could turn the sandbox off for the next
+	// session). A path must exist to be protected.
+	Protect []string
 }
 
 // Isolation says how this runtime confines and contains what agents run.
@@ -143,9 +208,15 @@ func setupIsolation(ctx context.Context, opts Sandbox, dataDir string) (Isolatio
 			iso.Warning = "sandbox full-access: agents' commands run with full access to this machine, as configured"
 		}
 	}
-	if !iso.Containment.Cgroups && iso.Sandbox == sandbox.FullAccess {
-		w := "commands are contained by process group only: " + iso.Containment.Note
-		iso.Warning = strings.TrimPrefix(iso.Warning+"; "+w, "; ")
+	if !iso.Containment.Cgroups {
+		switch {
+		case rep.Backend() == sandbox.BackendBwrap:
+			iso.Containment.Note = "each command runs in a PID namespace of its own, whose processes die with it and with vigil (" + iso.Containment.Note + ")"
+		default:
+			iso.Containment.Note = "commands are contained by process group only (" + iso.Containment.Note +
+				"): a command that starts a new session (setsid, a daemon) can outlive vigil"
+			iso.Warning = strings.TrimPrefix(iso.Warning+"; "+iso.Containment.Note, "; ")
+		}
 	}
 	return iso, rep, nil
 }
@@ -157,12 +228,11 @@ func (r *Runtime) wrapFor(env toolEnv) func(*exec.Cmd) error {
 	if mode == sandbox.FullAccess && r.iso.Containment.Cgroups {
 		return nil
 	}
-	// The private tmp lives outside the data directory, which is hidden.
-	sum := sha256.Sum256([]byte(env.sessionDir))
-	tmp := filepath.Join(os.TempDir(), "vigil-tmp-"+hex.EncodeToString(sum[:6]))
+	tmp := r.sessionTmp(env.sessionDir)
 	p := sandbox.Policy{
 		Mode: mode, Roots: env.roots, Network: r.opts.Sandbox.Network, WritableGit: r.opts.Sandbox.WritableGit,
-		Hidden: append([]string{r.opts.DataDir}, hiddenByRules(env.roots, env.perms.Deny)...), Tmp: tmp,
+		ReadOnlyPaths: r.opts.Sandbox.Protect,
+		Hidden:        append([]string{r.opts.DataDir}, hiddenByRules(env.roots, env.perms.Deny)...), Tmp: tmp,
 		// Without cgroups, a PID namespace is what keeps a command's
 		// processes within reach.
 		Contain: mode == sandbox.FullAccess,
@@ -171,6 +241,10 @@ func (r *Runtime) wrapFor(env toolEnv) func(*exec.Cmd) error {
 	return func(cmd *exec.Cmd) error {
 		if err := os.MkdirAll(tmp, 0o700); err != nil {
 			return fmt.Errorf("sandbox tmp: %w", err)
+		}
+		if cmd.Dir != "" {
+			// The sandbox binds the roots by their real paths.
+			cmd.Dir = canonicalDir(cmd.Dir)
 		}
 		if cmd.Dir == "" && mode != sandbox.FullAccess {
 			// A session without a directory runs its commands in its
@@ -210,4 +284,27 @@ func hiddenByRules(roots, deny []string) []string {
 		out = append(out, filepath.Clean(pat))
 	}
 	return out
+}
+
+// cleanupSession removes what a closed session leaves outside the store:
+// its private tmp and its cgroups (killing anything still in them).
+func (r *Runtime) cleanupSession(id core.SessionID) {
+	if err := os.RemoveAll(r.sessionTmp(r.sessionDir(id))); err != nil {
+		r.log.Warn("could not remove a closed session's tmp", "session", id, "err", err)
+	}
+	if !r.iso.Containment.Cgroups {
+		return
+	}
+	if n, err := shell.KillCgroup(filepath.Join(r.iso.Containment.Root, sanitize(string(id))), killWait); err != nil {
+		r.log.Warn("could not remove a closed session's cgroups", "session", id, "err", err)
+	} else if n > 0 {
+		r.log.Warn("ended processes a closed session left", "session", id, "processes", n)
+	}
+}
+
+// sessionTmp is the private tmp of the session whose directory is dir: it
+// lives outside the data directory, which commands cannot see.
+func (r *Runtime) sessionTmp(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(os.TempDir(), "vigil-tmp-"+hex.EncodeToString(sum[:6]))
 }

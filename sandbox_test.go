@@ -75,3 +75,51 @@ agents:
 		t.Errorf("a confined command reached the network:\n%s", tr.String())
 	}
 }
+
+// A session whose directory is reached through a symlink runs its
+// commands there (the sandbox binds real paths); vigil's configuration
+// directory inside a root stays read-only, so a command cannot turn the
+// sandbox off for the next session.
+func TestSandboxSymlinkedCwdAndProtect(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	must(t, os.Symlink(real, link))
+	conf := filepath.Join(real, ".config", "vigil")
+	must(t, os.MkdirAll(conf, 0o700))
+	sc, err := script.Parse([]byte(`
+name: symlinked
+agents:
+  main:
+    turns:
+      - tools:
+          - Bash: {command: "echo ok > inside.txt; printf 'sandbox: {mode: full-access}\n' > .config/vigil/config.yaml || echo PROTECTED"}
+          - Write: {file_path: ".config/vigil/project-rules.yaml", content: "x"}
+      - say: "done"
+`))
+	must(t, err)
+	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.Sandbox.Protect = []string{conf} })
+	if rt.Isolation().Sandbox != sandbox.WorkspaceWrite {
+		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
+			t.Fatalf("no sandbox here: %s", rt.Isolation().Warning)
+		}
+		t.Skipf("SKIP: no sandbox on this machine (%s)", rt.Isolation().Kernel)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "go", Cwd: link, Permissions: core.Permissions{Mode: core.PermBypass}})
+	must(t, err)
+	must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+	var tr bytes.Buffer
+	must(t, rt.Transcript(ctx, string(sess.ID), "main", &tr))
+	if b, err := os.ReadFile(filepath.Join(real, "inside.txt")); err != nil || string(b) != "ok\n" {
+		t.Errorf("a command could not write a symlinked working directory: %q, %v\n%s", b, err, tr.String())
+	}
+	for _, f := range []string{"config.yaml", "project-rules.yaml"} {
+		if _, err := os.Stat(filepath.Join(conf, f)); err == nil {
+			t.Errorf("an agent wrote vigil's configuration: %s", f)
+		}
+	}
+	if !strings.Contains(tr.String(), "PROTECTED") {
+		t.Errorf("the write to vigil's configuration did not fail:\n%s", tr.String())
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -378,11 +379,21 @@ func (b *budgetFlags) budget() core.Budget {
 	return core.Budget{Tokens: b.tokens, Rounds: b.rounds, Wall: b.wall, Cost: int64(b.usd * 1e6)}
 }
 
-// sandboxOptions merges the flags into the configuration's sandbox.
+// sandboxOptions merges the flags into the configuration's sandbox. The
+// user's configuration directory (~/.config/vigil: the config file, the
+// saved rules) is kept read-only for confined commands, so none can turn
+// the sandbox off or add rules for a later session; it is made when
+// missing, so that it can be.
 func (f *storeFlags) sandboxOptions(cfg *config.Config) vigil.Sandbox {
 	sb := vigil.Sandbox{}
 	if cfg != nil {
 		sb = vigil.Sandbox{Mode: cfg.Sandbox.Mode, Network: cfg.Sandbox.Network, WritableGit: cfg.Sandbox.WritableGit}
+		if cfg.RulesPath != "" {
+			dir := filepath.Dir(cfg.RulesPath)
+			if err := os.MkdirAll(dir, 0o700); err == nil {
+				sb.Protect = append(sb.Protect, dir)
+			}
+		}
 	}
 	if f.sandbox != "" {
 		sb.Mode = f.sandbox

@@ -255,6 +255,14 @@ func resolve(p Policy) (layout, error) {
 		if err != nil {
 			return layout{}, fmt.Errorf("sandbox: root: %w", err)
 		}
+		for _, sys := range []string{"/proc", "/sys", "/dev"} {
+			if within(sys, c) {
+				// Binding it would put the host's /proc, /sys and /dev
+				// over the sandbox's own, writable (kernel.core_pattern,
+				// cgroup.procs): the whole machine.
+				return layout{}, fmt.Errorf("sandbox: a root of %s holds %s, and confining a command to it would give it the machine; choose a narrower directory, or full-access: %w", c, sys, ErrUnenforceable)
+			}
+		}
 		l.Roots = appendNew(l.Roots, c)
 	}
 	ro := p.ReadOnlyPaths
@@ -271,7 +279,11 @@ func resolve(p Policy) (layout, error) {
 		if err != nil {
 			return layout{}, fmt.Errorf("sandbox: read-only path: %w", err)
 		}
-		if l.writable() && under(c, l.Roots) {
+		// Inside a writable root it is kept read-only; outside the roots
+		// it is bound read-only as well, so that it stays visible where
+		// the sandbox masks the host (a worktree's git directory under
+		// /tmp).
+		if l.writable() || !under(c, l.Roots) {
 			l.ReadOnly = appendNew(l.ReadOnly, c)
 		}
 	}

@@ -608,3 +608,47 @@ func backends(t *testing.T) []backend {
 	}
 	return bs
 }
+
+// A root of / would bind the host's /proc, /sys and /dev over the
+// sandbox's own, writable: it is refused rather than confined in name only.
+func TestRootOfSlashRefused(t *testing.T) {
+	r := bwrapReport(t)
+	for _, mode := range []sandbox.Mode{sandbox.WorkspaceWrite, sandbox.ReadOnly} {
+		_, err := sandbox.Command(sandbox.Policy{Mode: mode, Roots: []string{"/"}}, r, "/", []string{"true"})
+		if !errors.Is(err, sandbox.ErrUnenforceable) || !strings.Contains(err.Error(), "/proc") {
+			t.Errorf("%s with root /: %v; want it refused, naming /proc", mode, err)
+		}
+	}
+}
+
+// A worktree whose main repository lies outside the roots, under /tmp
+// (which the sandbox masks), still finds its git directory, read-only.
+func TestGitWorktreeOutsideRoots(t *testing.T) {
+	r := bwrapReport(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		skipOrFail(t, "git is not installed")
+	}
+	base := t.TempDir() // under /tmp
+	main, wt := filepath.Join(base, "main"), filepath.Join(base, "wt")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %q: %v: %s", args, err, out)
+		}
+	}
+	mkdir(t, main)
+	git(main, "init", "-q")
+	git(main, "commit", "-q", "--allow-empty", "-m", "first")
+	git(main, "worktree", "add", "-q", wt)
+	config := readFile(t, filepath.Join(main, ".git", "config"))
+	p := sandbox.Policy{Mode: sandbox.WorkspaceWrite, Roots: []string{wt}}
+	if out, code := runIn(t, p, r, wt, baseEnv(), `git status --short && echo STATUS-OK`); code != 0 || !strings.Contains(out, "STATUS-OK") {
+		t.Fatalf("git status in a worktree whose repository is outside the roots: exit %d: %s", code, out)
+	}
+	if out, code := runIn(t, p, r, wt, baseEnv(), `git config core.hooksPath /tmp/x`); code == 0 || readFile(t, filepath.Join(main, ".git", "config")) != config {
+		t.Errorf("the worktree changed the main repository's config: exit %d: %s", code, out)
+	}
+}
