@@ -2,9 +2,34 @@ package vigil
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/vigilrun/vigil/store"
+)
+
+// ErrBehind ends a subscription made with SubscribeParams.CutBehind whose
+// subscriber fell so far behind the live events that its buffer filled. It
+// resumes after the last event it received.
+var ErrBehind = errors.New("the subscriber fell behind the live events")
+
+const (
+	// DefaultSubscriptionBuffer is how many bytes of live events a
+	// subscription queues for a busy subscriber (SubscribeParams.Buffer).
+	DefaultSubscriptionBuffer = 1 << 20
+	// listenerQueue caps the records a listener queues, whatever their size.
+	listenerQueue = 512
+	// subscriptionQueue is the records handed over to the subscriber ahead
+	// of its reading.
+	subscriptionQueue = 16
+	// pageBytes is the size a replay page from the store aims at; pages
+	// start at firstPage records and adapt between 1 and maxPage.
+	pageBytes = 64 << 10
+	firstPage = 16
+	maxPage   = 128
+	// recordOverhead is what a record costs besides its data.
+	recordOverhead = 128
 )
 
 // fanout delivers committed records to live listeners without blocking the
@@ -14,21 +39,32 @@ type fanout struct {
 	mu     sync.Mutex
 	subs   map[*listener]struct{}
 	closed bool
+	last   int64 // the highest Global published
 }
 
+// listener is one subscription's queue of live records, bounded in count
+// and in bytes. It holds only what is queued: an idle subscriber costs a
+// few words.
 type listener struct {
-	ch  chan store.Record
-	cut bool // fell behind and was cut off
+	max  int64         // bytes
+	wake chan struct{} // something was queued, or the listener closed (buffered, 1)
+
+	mu     sync.Mutex
+	queue  []store.Record
+	bytes  int64
+	closed bool
+	cut    bool // fell behind and was cut off
 }
 
 func newFanout() *fanout { return &fanout{subs: map[*listener]struct{}{}} }
 
-func (f *fanout) add(buf int) *listener {
-	l := &listener{ch: make(chan store.Record, buf)}
+// add registers a listener that queues up to maxBytes of records.
+func (f *fanout) add(maxBytes int64) *listener {
+	l := &listener{max: maxBytes, wake: make(chan struct{}, 1)}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		close(l.ch)
+		l.close(false)
 		return l
 	}
 	f.subs[l] = struct{}{}
@@ -40,24 +76,27 @@ func (f *fanout) remove(l *listener) {
 	defer f.mu.Unlock()
 	if _, ok := f.subs[l]; ok {
 		delete(f.subs, l)
-		close(l.ch)
+		l.close(false)
 	}
+}
+
+// lastGlobal is the highest Global published here.
+func (f *fanout) lastGlobal() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
 }
 
 func (f *fanout) publish(recs []store.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, r := range recs {
+		f.last = max(f.last, r.Global)
+	}
 	for l := range f.subs {
-		for _, r := range recs {
-			select {
-			case l.ch <- r:
-				continue
-			default:
-			}
-			l.cut = true
+		if !l.offer(recs) {
 			delete(f.subs, l)
-			close(l.ch)
-			break
+			l.close(true)
 		}
 	}
 }
@@ -68,8 +107,71 @@ func (f *fanout) closeAll() {
 	f.closed = true
 	for l := range f.subs {
 		delete(f.subs, l)
-		close(l.ch)
+		l.close(false)
 	}
+}
+
+// offer queues recs unless that would pass the listener's bounds, by count
+// or by bytes; a batch over them is queued when nothing else is.
+func (l *listener) offer(recs []store.Record) bool {
+	var n int64
+	for _, r := range recs {
+		n += recordSize(r)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return true
+	}
+	if len(l.queue) > 0 && (len(l.queue)+len(recs) > listenerQueue || l.bytes+n > l.max) {
+		return false
+	}
+	l.queue = append(l.queue, recs...)
+	l.bytes += n
+	l.signal()
+	return true
+}
+
+// close ends the listener; cut says it fell behind. What it queued is
+// still taken.
+func (l *listener) close(cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed, l.cut = true, cut
+	}
+	l.signal()
+}
+
+func (l *listener) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what is queued, or with nothing queued whether the
+// listener is closed, and cut.
+func (l *listener) take() (batch []store.Record, closed, cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	batch, l.queue, l.bytes = l.queue, nil, 0
+	if len(batch) == 0 {
+		return nil, l.closed, l.cut
+	}
+	return batch, false, false
+}
+
+// wasCut reports whether the listener fell behind and was cut off.
+func (l *listener) wasCut() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut
+}
+
+// recordSize is what a queued record holds in memory.
+func recordSize(r store.Record) int64 {
+	return int64(len(r.Data)+len(r.Session)+len(r.Type)) + recordOverhead
 }
 
 func (a *actor) publish(recs []store.Record) {
@@ -78,12 +180,19 @@ func (a *actor) publish(recs []store.Record) {
 }
 
 // Subscription is a stream of committed events: first those after the
-// requested position, read from the store, then live ones, in order, none
-// twice. C is closed when the context ends or the session stops.
+// requested position, read from the store page by page, then live ones, in
+// order, none twice. C is closed when the context ends, the session stops,
+// the store fails, or (with SubscribeParams.CutBehind) the subscriber falls
+// behind; Err says which.
 type Subscription struct {
-	C      <-chan store.Record
+	C <-chan store.Record
+	// Start is the position the stream starts after: the requested one,
+	// or with SubscribeParams.FromNow the end of the stream when it was
+	// made.
+	Start  int64
 	cancel context.CancelFunc
 	done   chan struct{}
+	err    error // set before done is closed
 }
 
 // Close ends the subscription.
@@ -92,8 +201,71 @@ func (s *Subscription) Close() {
 	<-s.done
 }
 
+// Err waits for the subscription to end and says why: nil when its context
+// ended or the session stopped here, an error wrapping ErrBehind when the
+// subscriber fell behind (SubscribeParams.CutBehind), or the store's error.
+func (s *Subscription) Err() error {
+	<-s.done
+	return s.err
+}
+
+// SubscribeParams chooses a subscription's events and where it starts.
+type SubscribeParams struct {
+	// Session is the session whose events to stream, by Seq; empty streams
+	// every session's events, by Global.
+	Session string
+	// After is the position to start after (0: from the beginning).
+	After int64
+	// FromNow starts at the current end of the stream instead of After:
+	// only events committed from now on.
+	FromNow bool
+	// CutBehind ends the subscription with ErrBehind when its live buffer
+	// fills, instead of reading the store again until the subscriber
+	// catches up: for an edge that tells its client to reconnect.
+	CutBehind bool
+	// Buffer bounds the bytes of live events queued for a busy subscriber
+	// (DefaultSubscriptionBuffer).
+	Buffer int64
+}
+
 // Subscribe streams a session's events with Seq > after.
 func (r *Runtime) Subscribe(ctx context.Context, session string, after int64) (*Subscription, error) {
+	return r.subscribeSession(ctx, &SubscribeParams{Session: session, After: after})
+}
+
+// SubscribeAll streams every session's events with Global > after.
+func (r *Runtime) SubscribeAll(ctx context.Context, after int64) *Subscription {
+	p := &SubscribeParams{After: after}
+	return r.subscribeAll(ctx, p, r.allSubs.add(bufferOf(p)), after)
+}
+
+// SubscribeEvents streams the events p chooses. Memory is bounded: the
+// history is read from the store in pages of about 64 KiB, and at most
+// p.Buffer bytes of live events wait for a busy subscriber.
+func (r *Runtime) SubscribeEvents(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
+	if p.Session != "" {
+		return r.subscribeSession(ctx, p)
+	}
+	l := r.allSubs.add(bufferOf(p))
+	after := p.After
+	if p.FromNow {
+		var err error
+		if after, err = r.lastGlobal(ctx); err != nil {
+			r.allSubs.remove(l)
+			return nil, fmt.Errorf("find the end of the event stream: %w", err)
+		}
+	}
+	return r.subscribeAll(ctx, p, l, after), nil
+}
+
+func (r *Runtime) subscribeAll(ctx context.Context, p *SubscribeParams, l *listener, after int64) *Subscription {
+	return r.stream(ctx, r.allSubs, l, func(ctx context.Context, last int64, limit int) ([]store.Record, error) {
+		return r.st.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: last, Limit: limit})
+	}, func(rec store.Record) int64 { return rec.Global }, after, false, p)
+}
+
+func (r *Runtime) subscribeSession(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
+	session := p.Session
 	a, err := r.actor(session)
 	if err != nil {
 		if _, gerr := r.st.SessionGet(ctx, session); gerr != nil {
@@ -102,32 +274,92 @@ func (r *Runtime) Subscribe(ctx context.Context, session string, after int64) (*
 		a = nil // a closed or foreign session: its stored events only
 	}
 	var f *fanout
+	var l *listener
 	if a != nil {
 		f = a.subs
+		l = f.add(bufferOf(p))
 	}
-	return r.stream(ctx, f, func(ctx context.Context, last int64) ([]store.Record, error) {
-		return r.st.EventList(ctx, &store.EventListParams{Session: session, AfterSeq: last, Limit: 1000})
-	}, func(rec store.Record) int64 { return rec.Seq }, after, true), nil
+	after := p.After
+	if p.FromNow {
+		if after, err = r.st.LastSeq(ctx, session); err != nil {
+			if l != nil {
+				f.remove(l)
+			}
+			return nil, fmt.Errorf("find the end of session %s's events: %w", session, err)
+		}
+	}
+	return r.stream(ctx, f, l, func(ctx context.Context, last int64, limit int) ([]store.Record, error) {
+		return r.st.EventList(ctx, &store.EventListParams{Session: session, AfterSeq: last, Limit: limit})
+	}, func(rec store.Record) int64 { return rec.Seq }, after, true, p), nil
 }
 
-// SubscribeAll streams every session's events with Global > after.
-func (r *Runtime) SubscribeAll(ctx context.Context, after int64) *Subscription {
-	return r.stream(ctx, r.allSubs, func(ctx context.Context, last int64) ([]store.Record, error) {
-		return r.st.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: last, Limit: 1000})
-	}, func(rec store.Record) int64 { return rec.Global }, after, false)
+func bufferOf(p *SubscribeParams) int64 {
+	if p.Buffer > 0 {
+		return p.Buffer
+	}
+	return DefaultSubscriptionBuffer
 }
 
-// stream replays from the store, then follows live records; whenever it
-// sees a gap (or was cut off for falling behind) it reads the store again.
-func (r *Runtime) stream(ctx context.Context, f *fanout, read func(context.Context, int64) ([]store.Record, error),
-	pos func(store.Record) int64, after int64, contiguous bool) *Subscription {
+// lastGlobal finds the highest Global in the store with a few one-record
+// reads: from what this node published, galloping forward while the store
+// holds more (other nodes' events), then halving the range.
+func (r *Runtime) lastGlobal(ctx context.Context) (int64, error) {
+	first := func(after int64) (int64, bool, error) {
+		recs, err := r.st.EventListAll(ctx, &store.EventListAllParams{AfterGlobal: after, Limit: 1})
+		if err != nil || len(recs) == 0 {
+			return 0, false, err
+		}
+		return recs[0].Global, true, nil
+	}
+	lo := r.allSubs.lastGlobal() // a Global the store holds, or 0
+	hi := lo
+	for step := int64(1); ; step *= 2 {
+		g, ok, err := first(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break // nothing after hi
+		}
+		lo, hi = g, g+step
+	}
+	// lo is held (or 0), nothing is after hi: the end is in [lo, hi].
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		g, ok, err := first(mid - 1)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = g
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, nil
+}
+
+// stream replays from the store, then follows live records from l (already
+// registered on f, so that nothing committed after the call is missed);
+// whenever it sees a gap it reads the store again. A listener cut off for
+// falling behind is replaced and the store read again, or with
+// p.CutBehind the subscription ends with ErrBehind.
+func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(ctx context.Context, last int64, limit int) ([]store.Record, error),
+	pos func(store.Record) int64, after int64, contiguous bool, p *SubscribeParams) *Subscription {
 	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan store.Record, 64)
-	s := &Subscription{C: out, cancel: cancel, done: make(chan struct{})}
+	out := make(chan store.Record, subscriptionQueue)
+	s := &Subscription{C: out, Start: after, cancel: cancel, done: make(chan struct{})}
+	buffer, cutBehind := bufferOf(p), p.CutBehind
 	go func() {
 		defer close(s.done)
+		defer func() {
+			if l != nil {
+				f.remove(l)
+			}
+		}()
 		defer close(out)
 		last := after
+		limit := firstPage
 		send := func(rec store.Record) bool {
 			select {
 			case out <- rec:
@@ -137,34 +369,39 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, read func(context.Conte
 				return false
 			}
 		}
+		behind := func() {
+			s.err = fmt.Errorf("%w: more than %d bytes of events were waiting for it (it resumes after %d)", ErrBehind, buffer, last)
+		}
+		// catchUp pages through the store until it has sent all it holds.
 		catchUp := func() bool {
 			for {
-				recs, err := read(ctx, last)
+				if cutBehind && l != nil && l.wasCut() {
+					behind()
+					return false
+				}
+				n := limit
+				recs, err := read(ctx, last, n)
 				if err != nil {
 					if ctx.Err() == nil {
 						r.log.Warn("event stream: store read failed; ending the stream", "err", err)
+						s.err = fmt.Errorf("read events after %d: %w", last, err)
 					}
 					return false
 				}
-				for _, rec := range recs {
-					if !send(rec) {
+				limit = nextPage(n, recs)
+				for i := range recs {
+					if !send(recs[i]) {
 						return false
 					}
+					recs[i] = store.Record{} // the subscriber holds it now
 				}
-				if len(recs) < 1000 {
+				if len(recs) < n {
 					return true
 				}
 			}
 		}
 		for {
-			var l *listener
-			if f != nil {
-				l = f.add(1024)
-			}
 			if !catchUp() {
-				if l != nil {
-					f.remove(l)
-				}
 				return
 			}
 			if l == nil {
@@ -174,31 +411,35 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, read func(context.Conte
 			cut := false
 		live:
 			for {
-				select {
-				case <-ctx.Done():
-					f.remove(l)
-					return
-				case rec, ok := <-l.ch:
-					if !ok {
-						cut = l.cut
-						break live
+				batch, closed, wasCut := l.take()
+				if closed {
+					cut = wasCut
+					break live
+				}
+				if len(batch) == 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-l.wake:
 					}
-					p := pos(rec)
-					if p <= last {
+					continue
+				}
+				for i, rec := range batch {
+					batch[i] = store.Record{} // the subscriber holds it now
+					at := pos(rec)
+					if at <= last {
 						continue
 					}
-					if (contiguous && p != last+1) || (!contiguous && p > last+1) {
+					if (contiguous && at != last+1) || (!contiguous && at > last+1) {
 						// A gap: read the store up to this record.
 						if !catchUp() {
-							f.remove(l)
 							return
 						}
-						if p <= last {
+						if at <= last {
 							continue
 						}
 					}
 					if !send(rec) {
-						f.remove(l)
 						return
 					}
 				}
@@ -207,7 +448,28 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, read func(context.Conte
 				catchUp()
 				return // the session stopped
 			}
+			if cutBehind {
+				behind()
+				return
+			}
+			l = f.add(buffer)
 		}
 	}()
 	return s
+}
+
+// nextPage sizes the next page from the bytes of the last: halved when it
+// was over pageBytes, doubled when under a quarter of it.
+func nextPage(n int, recs []store.Record) int {
+	var size int64
+	for _, r := range recs {
+		size += recordSize(r)
+	}
+	switch {
+	case size > pageBytes:
+		return max(1, n/2)
+	case size < pageBytes/4 && len(recs) == n:
+		return min(maxPage, n*2)
+	}
+	return n
 }

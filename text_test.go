@@ -67,9 +67,9 @@ func TestTextNoStoreKeeps(t *testing.T) {
 			defer cancel()
 
 			_, err = rt.CreateSession(ctx, SessionParams{Title: "a\x00b", Cwd: t.TempDir()})
-			wantInvalid(t, "a title with a NUL", err, "title: holds a NUL byte at byte 1")
+			wantInvalid(t, "a title with a NUL", err, "title: contains a NUL byte at offset 1")
 			_, err = rt.CreateSession(ctx, SessionParams{Prompt: "go\xff", Cwd: t.TempDir()})
-			wantInvalid(t, "a prompt with invalid UTF-8", err, "prompt: holds invalid UTF-8 at byte 2")
+			wantInvalid(t, "a prompt with invalid UTF-8", err, "prompt: invalid UTF-8 at offset 2")
 
 			sess, err := rt.CreateSession(ctx, SessionParams{Title: "nul", Prompt: "go", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
 			if err != nil {
@@ -78,9 +78,9 @@ func TestTextNoStoreKeeps(t *testing.T) {
 			id := string(sess.ID)
 			must(t, rt.WaitQuiescent(ctx, id))
 			_, err = rt.Prompt(ctx, id, "a\x00b", core.PriorityNext)
-			wantInvalid(t, "a prompt with a NUL", err, "text: holds a NUL byte at byte 1")
+			wantInvalid(t, "a prompt with a NUL", err, "text: contains a NUL byte at offset 1")
 			_, err = rt.Message(ctx, id, "main", "\xc3", core.PriorityNext)
-			wantInvalid(t, "a message with invalid UTF-8", err, "text: holds invalid UTF-8 at byte 0")
+			wantInvalid(t, "a message with invalid UTF-8", err, "text: invalid UTF-8 at offset 0")
 			if _, err := rt.Prompt(ctx, id, "still there?", core.PriorityNext); err != nil {
 				t.Fatalf("a good prompt after the refused ones: %v", err)
 			}

@@ -217,7 +217,10 @@ func (s *Server) Handler() http.Handler {
 		s.httpSrv = ms
 		s.mu.Unlock()
 		s.httpH = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms },
-			&mcp.StreamableHTTPOptions{Logger: s.log, SessionTimeout: s.opts.SessionTimeout})
+			// The Host check is server.Server's, the one edge every route
+			// shares; the SDK's own would refuse a name it allows with a
+			// plain-text 403. Serve Handler only behind server.Server.
+			&mcp.StreamableHTTPOptions{Logger: s.log, SessionTimeout: s.opts.SessionTimeout, DisableLocalhostProtection: true})
 	})
 	return s.httpH
 }

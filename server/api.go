@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -70,13 +71,32 @@ func (s *Server) routes() []route {
 	}
 }
 
-// mcp serves the MCP tools over streamable HTTP (Options.MCP).
+// mcp serves the MCP tools over streamable HTTP (Options.MCP). The body
+// is read first, bounded like any other (Options.MaxBody, ReadTimeout),
+// and its text checked like any other; the response is a stream, bounded
+// per write (Options.StreamWriteTimeout), as a wait may hold it for long.
 func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	if s.opts.MCP == nil {
 		writeError(w, notFound("MCP is not enabled on this server"))
 		return
 	}
-	s.opts.MCP.ServeHTTP(w, r)
+	if r.Body != nil && r.Body != http.NoBody {
+		b, err := s.readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if json.Valid(b) {
+			if e := checkJSONText(b); e != nil {
+				writeError(w, e)
+				return
+			}
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	}
+	sw := newStreamWriter(w, s.opts.StreamWriteTimeout)
+	defer sw.extend()
+	s.opts.MCP.ServeHTTP(sw, r)
 }
 
 // handle adapts a handler that returns an error; the error is written as
@@ -181,10 +201,24 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req, true); err != nil {
 		return err
 	}
+	// A relative directory would be resolved against the server's working
+	// directory, which the client does not know.
+	if req.Cwd != "" && !filepath.IsAbs(req.Cwd) {
+		return badRequest("cwd must be absolute: %q", req.Cwd)
+	}
+	for i, d := range req.Dirs {
+		if !filepath.IsAbs(d) {
+			return badRequest("dirs[%d] must be absolute: %q", i, d)
+		}
+	}
+	budget, err := req.Budget.budget("budget.")
+	if err != nil {
+		return err
+	}
 	def := s.opts.Defaults
 	p := vigil.SessionParams{
 		Title: req.Title, Prompt: req.Prompt, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
-		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions, Budget: req.Budget.budget(),
+		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions, Budget: budget,
 	}
 	if p.Title == "" {
 		p.Title = firstLine(req.Prompt, 60)
@@ -199,9 +233,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		p.Permissions = *req.Permissions
 	}
 	if def.ProjectRules != nil && p.Cwd != "" {
-		if abs, err := filepath.Abs(p.Cwd); err == nil {
-			p.Permissions.Allow = append(slices.Clone(p.Permissions.Allow), def.ProjectRules(abs)...)
-		}
+		p.Permissions.Allow = append(slices.Clone(p.Permissions.Allow), def.ProjectRules(filepath.Clean(p.Cwd))...)
 	}
 	sess, err := s.rt.CreateSession(r.Context(), p)
 	if err != nil {
@@ -230,7 +262,11 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) { return statusView(st), nil })
+	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
+		v := statusView(st)
+		v.Isolation = isolationView(s.rt.Isolation())
+		return v, nil
+	})
 }
 
 func (s *Server) hold(w http.ResponseWriter, r *http.Request) error {
@@ -386,11 +422,15 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
 	}
-	if err := s.rt.SetBudget(r.Context(), id, req.Agent, req.budget(), by); err != nil {
+	budget, err := req.budget("")
+	if err != nil {
+		return err
+	}
+	if err := s.rt.SetBudget(r.Context(), id, req.Agent, budget, by); err != nil {
 		return s.actionErr(r.Context(), id, err)
 	}
 	var v BudgetView
-	err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
+	err = s.rt.Inspect(r.Context(), id, func(st *core.State) {
 		v.Budget, v.Agent = st.Session.Budget, req.Agent
 		if main := st.Agents[core.MainAgent]; main != nil {
 			v.Spent = main.Tree

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 
 	"github.com/vigilrun/vigil"
@@ -64,6 +65,8 @@ func toAPIError(err error) *apiError {
 	switch {
 	case errors.Is(err, vigil.ErrNoSession), errors.Is(err, store.ErrNotFound):
 		return &apiError{status: http.StatusNotFound, code: "not_found", msg: msg}
+	case errors.Is(err, vigil.ErrRecovering):
+		return &apiError{status: http.StatusServiceUnavailable, code: "recovering", msg: msg}
 	case errors.Is(err, vigil.ErrStoreDown), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrReadOnly):
 		return &apiError{status: http.StatusServiceUnavailable, code: "store_unavailable", msg: msg}
 	case errors.Is(err, vigil.ErrClosed):
@@ -116,17 +119,13 @@ func marshal(v any) ([]byte, error) {
 }
 
 // decode reads a JSON body into v strictly: bodies over the limit are 413,
-// unknown fields and trailing data are 400. An empty body is an error
-// unless optional.
+// a body not received within the read timeout is 408, unknown fields and
+// trailing data are 400, and so is text no store can keep (checkJSONText).
+// An empty body is an error unless optional.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
-	b, err := io.ReadAll(body)
+	b, err := s.readBody(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, code: "too_large", msg: fmt.Sprintf("request body is over %d bytes", mbe.Limit)}
-		}
-		return badRequest("read body: %v", err)
+		return err
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		if optional {
@@ -142,5 +141,29 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, optional 
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("bad JSON body: data after the object")
 	}
+	if e := checkJSONText(b); e != nil {
+		return e
+	}
 	return nil
+}
+
+// readBody reads the whole body, up to Options.MaxBody, within
+// Options.ReadTimeout.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: "too_large", msg: fmt.Sprintf("request body is over %d bytes", mbe.Limit)}
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			return nil, &apiError{status: http.StatusRequestTimeout, code: "timeout", msg: fmt.Sprintf("the request body did not arrive within %s", s.opts.ReadTimeout)}
+		}
+		w.Header().Set("Connection", "close")
+		return nil, badRequest("read body: %v", err)
+	}
+	return b, nil
 }

@@ -23,10 +23,12 @@ import (
 // Counters: runs started (by kind) and ended (by status), notifications
 // written (by status) and delivered (by delivery), messages by outcome,
 // drops by reason (vigil_drops_total, zero in normal operation), model
-// calls by provider and outcome. Histograms: model call duration, wake
-// latency (from a notification's write to the run start or round that
-// takes it in, by event times). Gauges, read at scrape time: inbox depth
-// per open session and sessions by state.
+// calls by provider and outcome, event streams cut short by reason,
+// connections closed to make room under the cap. Histograms: model call
+// duration, wake latency (from a notification's write to the run start or
+// round that takes it in, by event times). Gauges: event stream clients, open HTTP
+// connections; read at scrape time: inbox depth per open session and
+// sessions by state.
 type Metrics struct {
 	reg            *prometheus.Registry
 	runsStarted    *prometheus.CounterVec
@@ -40,6 +42,9 @@ type Metrics struct {
 	wakeLatency    prometheus.Histogram
 	sseClients     prometheus.Gauge
 	sseEvents      prometheus.Counter
+	sseCuts        *prometheus.CounterVec
+	httpConns      prometheus.Gauge
+	httpEvicted    prometheus.Counter
 
 	attachOnce sync.Once
 
@@ -91,10 +96,19 @@ func NewMetrics() *Metrics {
 		sseEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_sse_events_total", Help: "Events written to event stream clients.",
 		}),
+		sseCuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_sse_cuts_total", Help: "Event streams ended early with a vigil.cut event, by reason (behind, store, shutdown).",
+		}, []string{"reason"}),
+		httpConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vigil_http_connections", Help: "HTTP connections open.",
+		}),
+		httpEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_http_connections_evicted_total", Help: "Connections in no request closed to make room under the connection cap.",
+		}),
 		written: map[string]map[core.NoteKey]time.Time{},
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.notesWritten, m.notesDelivered, m.messages, m.drops,
-		m.modelCalls, m.modelDuration, m.wakeLatency, m.sseClients, m.sseEvents,
+		m.modelCalls, m.modelDuration, m.wakeLatency, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

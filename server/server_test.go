@@ -19,6 +19,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -116,11 +117,11 @@ agents:
 const testToken = "test-token-0123456789"
 
 // harness is a real server on a random loopback port over a runtime on
-// memstore with the scripted providers.
+// memstore (or another store) with the scripted providers.
 type harness struct {
 	t       testing.TB
 	rt      *vigil.Runtime
-	st      *memstore.Store
+	st      store.Store
 	srv     *Server
 	ts      *httptest.Server
 	metrics *Metrics
@@ -147,9 +148,14 @@ func testProviders(t testing.TB) map[string]provider.Provider {
 
 func newHarness(t testing.TB, edit ...func(*Options)) *harness {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return newHarnessStore(t, memstore.New(), edit...)
+}
+
+// newHarnessStore is newHarness over st, which it closes at the end.
+func newHarnessStore(t testing.TB, st store.Store, edit ...func(*Options)) *harness {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(logWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m := NewMetrics()
-	st := memstore.New()
 	rt, err := vigil.Open(context.Background(), vigil.Options{
 		Store: st, Providers: testProviders(t), DefaultProvider: "echo", DataDir: t.TempDir(), Node: "test",
 		Logger: logger, Observer: m,

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,11 +16,12 @@ import (
 // eventsSession streams one session's events; the SSE id is the event's
 // Seq.
 func (s *Server) eventsSession(w http.ResponseWriter, r *http.Request) error {
-	after, err := resumePoint(r)
+	p, err := s.streamParams(r)
 	if err != nil {
 		return err
 	}
-	sub, err := s.rt.Subscribe(r.Context(), r.PathValue("session"), after)
+	p.Session = r.PathValue("session")
+	sub, err := s.rt.SubscribeEvents(r.Context(), p)
 	if err != nil {
 		return err
 	}
@@ -31,52 +33,92 @@ func (s *Server) eventsSession(w http.ResponseWriter, r *http.Request) error {
 // eventsAll streams every session's events; the SSE id is the event's
 // Global position.
 func (s *Server) eventsAll(w http.ResponseWriter, r *http.Request) error {
-	after, err := resumePoint(r)
+	p, err := s.streamParams(r)
 	if err != nil {
 		return err
 	}
-	sub := s.rt.SubscribeAll(r.Context(), after)
+	sub, err := s.rt.SubscribeEvents(r.Context(), p)
+	if err != nil {
+		return err
+	}
 	defer sub.Close()
 	s.stream(w, r, sub, func(rec store.Record) int64 { return rec.Global })
 	return nil
 }
 
-// resumePoint is where a stream starts: after the Last-Event-ID header of
-// a reconnecting client, else after the ?after= query, else from the
-// beginning.
-func resumePoint(r *http.Request) (int64, error) {
+// streamParams is where a stream starts: after the Last-Event-ID header of
+// a reconnecting client, else after the ?after= query (0: from the
+// beginning), else at the current end of the stream: a new client gets
+// what commits from now on, not the whole history.
+func (s *Server) streamParams(r *http.Request) (*vigil.SubscribeParams, error) {
+	p := &vigil.SubscribeParams{CutBehind: true, Buffer: s.opts.StreamBuffer}
 	v, from := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	if strings.TrimSpace(v) == "" {
 		v, from = r.URL.Query().Get("after"), "after"
 	}
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 0, nil
+		p.FromNow = true
+		return p, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, badRequest("%s=%q: want an event id >= 0", from, v)
+		return nil, badRequest("%s=%q: want an event id >= 0", from, v)
 	}
-	return n, nil
+	p.After = n
+	return p, nil
+}
+
+// CutEvent is the data of the vigil.cut event that ends a stream early: a
+// client that read slower than events commit (reason "behind"), a store
+// read that failed ("store") or a server shutting down ("shutdown"). The
+// client reconnects with Last-Event-ID: ResumeAfter, and misses nothing.
+type CutEvent struct {
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
+	ResumeAfter int64  `json:"resume_after"`
 }
 
 // stream writes the subscription as Server-Sent Events until the client
-// goes away, the server shuts down or the subscription ends. Each event is
-// flushed as it is written; an idle stream gets a comment heartbeat.
+// goes away, the server shuts down or the subscription ends. It starts with
+// the id the stream starts after (an event-less frame: a client's
+// Last-Event-ID is right even before the first event). Each batch of events
+// is flushed as it is written, each write bounded by
+// Options.StreamWriteTimeout; an idle stream gets a comment heartbeat.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, id func(store.Record) int64) {
-	rc := http.NewResponseController(w)
-	h := w.Header()
+	s.streams.Add(1)
+	defer s.streams.Done()
+	sw := newStreamWriter(w, s.opts.StreamWriteTimeout)
+	defer sw.extend()
+	rc := http.NewResponseController(sw)
+	h := sw.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	sw.WriteHeader(http.StatusOK)
 	s.metrics.sseClients.Inc()
 	defer s.metrics.sseClients.Dec()
+	last := sub.Start
 	var buf bytes.Buffer
-	buf.WriteString(": vigil event stream\nretry: 2000\n\n")
-	if !s.flush(w, rc, &buf) {
+	buf.WriteString(": vigil event stream\nretry: 2000\nid: ")
+	buf.WriteString(strconv.FormatInt(last, 10))
+	buf.WriteString("\n\n")
+	if !s.flush(sw, rc, &buf) {
 		return
+	}
+	// ended writes why the subscription ended, if it was cut short.
+	ended := func() {
+		err := sub.Err()
+		if err == nil {
+			return // the session stopped here, or the runtime closed
+		}
+		c := CutEvent{Reason: "store", Message: "reading the stored events failed: " + err.Error(), ResumeAfter: last}
+		if errors.Is(err, vigil.ErrBehind) {
+			c.Reason, c.Message = "behind", "this client reads slower than events commit: "+err.Error()
+		}
+		s.writeCut(&buf, c)
+		s.flush(sw, rc, &buf)
 	}
 	beat := time.NewTicker(s.opts.Heartbeat)
 	defer beat.Stop()
@@ -85,17 +127,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 		case <-r.Context().Done():
 			return
 		case <-s.stopping:
+			s.writeCut(&buf, CutEvent{Reason: "shutdown", Message: "the server is shutting down", ResumeAfter: last})
+			s.flush(sw, rc, &buf)
 			return
 		case <-beat.C:
 			buf.WriteString(": heartbeat\n\n")
-			if !s.flush(w, rc, &buf) {
+			if !s.flush(sw, rc, &buf) {
 				return
 			}
 		case rec, ok := <-sub.C:
 			if !ok {
-				return // the session stopped here, or the runtime closed
+				ended()
+				return
 			}
-			s.writeEvent(&buf, rec, id(rec))
+			last = id(rec)
+			s.writeEvent(&buf, rec, last)
 			n := 1
 			// Write what else is ready in the same flush.
 		more:
@@ -103,23 +149,35 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 				select {
 				case rec, ok := <-sub.C:
 					if !ok {
-						if s.flush(w, rc, &buf) {
+						if s.flush(sw, rc, &buf) {
 							s.metrics.sseEvents.Add(float64(n))
+							ended()
 						}
 						return
 					}
-					s.writeEvent(&buf, rec, id(rec))
+					last = id(rec)
+					s.writeEvent(&buf, rec, last)
 					n++
 				default:
 					break more
 				}
 			}
-			if !s.flush(w, rc, &buf) {
+			if !s.flush(sw, rc, &buf) {
 				return
 			}
 			s.metrics.sseEvents.Add(float64(n))
 		}
 	}
+}
+
+// writeCut encodes the vigil.cut event; it has no id, being no stored
+// event.
+func (s *Server) writeCut(buf *bytes.Buffer, c CutEvent) {
+	s.metrics.sseCuts.WithLabelValues(c.Reason).Inc()
+	b, _ := marshal(c)
+	buf.WriteString("event: vigil.cut\ndata: ")
+	buf.Write(bytes.TrimSpace(b))
+	buf.WriteString("\n\n")
 }
 
 // writeEvent encodes one record as an SSE event. A record whose data is
@@ -169,9 +227,14 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // flush writes buf to the client and flushes; false when the client is
-// gone.
+// gone. A buffer grown large by a big event is let go.
 func (s *Server) flush(w http.ResponseWriter, rc *http.ResponseController, buf *bytes.Buffer) bool {
-	defer buf.Reset()
+	defer func() {
+		buf.Reset()
+		if buf.Cap() > 256<<10 {
+			*buf = bytes.Buffer{}
+		}
+	}()
 	if _, err := w.Write(buf.Bytes()); err != nil {
 		return false
 	}

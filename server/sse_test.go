@@ -21,6 +21,7 @@ import (
 type sseEvent struct {
 	id, event string
 	data      Event
+	raw       string // the data as sent
 }
 
 // sseStream is a client connection to an event stream.
@@ -34,6 +35,12 @@ type sseStream struct {
 // openSSE connects to path; lastID, when set, is sent as Last-Event-ID.
 func openSSE(t testing.TB, base, path, lastID string) *sseStream {
 	t.Helper()
+	return openSSEWith(t, http.DefaultClient, base, path, lastID)
+}
+
+// openSSEWith is openSSE with a client of the test's.
+func openSSEWith(t testing.TB, client *http.Client, base, path, lastID string) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	req, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
 	if err != nil {
@@ -43,7 +50,7 @@ func openSSE(t testing.TB, base, path, lastID string) *sseStream {
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -74,6 +81,7 @@ func (s *sseStream) next() (sseEvent, error) {
 			if data == "" {
 				continue // the end of a comment or retry block
 			}
+			ev.raw = data
 			if err := json.Unmarshal([]byte(data), &ev.data); err != nil {
 				return ev, fmt.Errorf("event data %q: %w", data, err)
 			}
@@ -87,6 +95,34 @@ func (s *sseStream) next() (sseEvent, error) {
 			data += line[6:]
 		}
 	}
+}
+
+// start reads the stream's first frame and returns its id: where the
+// stream starts.
+func (s *sseStream) start() int64 {
+	s.t.Helper()
+	id := int64(-1)
+	for {
+		line, err := s.br.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("first frame: %v", err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "" {
+			break
+		}
+		if v, ok := strings.CutPrefix(line, "id: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				s.t.Fatalf("first frame id %q", v)
+			}
+			id = n
+		}
+	}
+	if id < 0 {
+		s.t.Fatal("the first frame has no id")
+	}
+	return id
 }
 
 func (s *sseStream) close() {
@@ -104,7 +140,7 @@ func TestSSEReconnectNoGapNoDuplicate(t *testing.T) {
 	path := "/api/sessions/" + id + "/events"
 
 	var got []sseEvent
-	s1 := openSSE(t, h.ts.URL, path, "")
+	s1 := openSSE(t, h.ts.URL, path+"?after=0", "")
 	for len(got) < 7 {
 		ev, err := s1.next()
 		if err != nil {
@@ -152,7 +188,7 @@ func TestSSEReconnectNoGapNoDuplicate(t *testing.T) {
 func TestSSEAllSessions(t *testing.T) {
 	h := newHarness(t)
 	a := h.create(CreateSessionRequest{Provider: "echo", Prompt: "first"})
-	s1 := openSSE(t, h.ts.URL, "/api/events", "")
+	s1 := openSSE(t, h.ts.URL, "/api/events?after=0", "")
 	var got []sseEvent
 	for len(got) < 3 {
 		ev, err := s1.next()

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // webFiles is the web UI: web/index.html is served at /, every file under
@@ -27,11 +28,20 @@ func (s *Server) uiIndex(w http.ResponseWriter, r *http.Request) {
 	http.ServeFileFS(w, r, webFS(), "index.html")
 }
 
+// uiFiles serves the files under web/; a missing file is a JSON 404, like
+// any other route's.
 func (s *Server) uiFiles() http.Handler {
 	files := http.StripPrefix("/ui/", http.FileServerFS(webFS()))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		uiHeaders(w)
-		files.ServeHTTP(w, r)
+		name := strings.TrimPrefix(r.URL.Path, "/ui/")
+		if name != "" && !strings.HasSuffix(name, "/") {
+			if _, err := fs.Stat(webFS(), name); err != nil {
+				writeError(w, notFound("no UI file %q", name))
+				return
+			}
+		}
+		files.ServeHTTP(&jsonErrorWriter{ResponseWriter: w, onlyErrors: true}, r)
 	})
 }
 

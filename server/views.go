@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
@@ -45,11 +46,30 @@ type BudgetRequest struct {
 	CostUSD     float64 `json:"cost_usd,omitempty"`
 }
 
-func (b *BudgetRequest) budget() core.Budget {
+// Bounds a budget may set: beyond them the core's arithmetic (cost in
+// millionths of a dollar, wall time in nanoseconds) would overflow.
+const (
+	maxBudgetWallSeconds = 100 * 365 * 24 * 3600
+	maxBudgetCostUSD     = 1e9
+)
+
+// budget checks and converts the request; prefix is its place in the body
+// ("budget." in a create request).
+func (b *BudgetRequest) budget(prefix string) (core.Budget, error) {
 	if b == nil {
-		return core.Budget{}
+		return core.Budget{}, nil
 	}
-	return core.Budget{Tokens: b.Tokens, Rounds: b.Rounds, Wall: time.Duration(b.WallSeconds) * time.Second, Cost: int64(math.Round(b.CostUSD * 1e6))}
+	switch {
+	case b.Tokens < 0:
+		return core.Budget{}, badRequest("%stokens=%d: want 0 (no bound) or more", prefix, b.Tokens)
+	case b.Rounds < 0:
+		return core.Budget{}, badRequest("%srounds=%d: want 0 (no bound) or more", prefix, b.Rounds)
+	case b.WallSeconds < 0 || b.WallSeconds > maxBudgetWallSeconds:
+		return core.Budget{}, badRequest("%swall_seconds=%d: want 0 (no bound) to %d", prefix, b.WallSeconds, maxBudgetWallSeconds)
+	case !(b.CostUSD >= 0 && b.CostUSD <= maxBudgetCostUSD): // NaN too
+		return core.Budget{}, badRequest("%scost_usd=%v: want 0 (no bound) to %g", prefix, b.CostUSD, float64(maxBudgetCostUSD))
+	}
+	return core.Budget{Tokens: b.Tokens, Rounds: b.Rounds, Wall: time.Duration(b.WallSeconds) * time.Second, Cost: int64(math.Round(b.CostUSD * 1e6))}, nil
 }
 
 // BudgetView is a scope's budget and what it used.
@@ -57,6 +77,22 @@ type BudgetView struct {
 	Agent  string      `json:"agent,omitempty"`
 	Budget core.Budget `json:"budget"`
 	Spent  core.Spend  `json:"spent"`
+}
+
+// IsolationView is how a node confines agents' commands (its sandbox) and
+// keeps their processes within reach.
+type IsolationView struct {
+	Sandbox     string `json:"sandbox"`
+	Network     bool   `json:"network"`
+	Kernel      string `json:"kernel"`
+	Cgroups     bool   `json:"cgroups"`
+	Containment string `json:"containment"`
+	Warning     string `json:"warning,omitempty"`
+}
+
+func isolationView(iso vigil.Isolation) IsolationView {
+	return IsolationView{Sandbox: string(iso.Sandbox), Network: iso.Network, Kernel: iso.Kernel,
+		Cgroups: iso.Containment.Cgroups, Containment: iso.Containment.Note, Warning: iso.Warning}
 }
 
 // PromptRequest is the body of POST .../prompts.
@@ -235,6 +271,9 @@ type StatusView struct {
 	// Budget and Spent are the session's budget and what it used.
 	Budget core.Budget `json:"budget"`
 	Spent  core.Spend  `json:"spent"`
+	// Isolation says how this node confines and contains what the
+	// session's agents run.
+	Isolation IsolationView `json:"isolation"`
 }
 
 // MessageList is the body of GET .../messages.

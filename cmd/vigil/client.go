@@ -395,6 +395,16 @@ func printStatusView(e *env, st server.StatusView) {
 		fmt.Fprintln(e.stdout, line)
 	}
 	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s%s\n", spendLine(st.Spent), budgetLine(st.Budget), remainingLine(st.Budget, st.Spent))
+	if iso := st.Isolation; iso.Sandbox != "" {
+		network := "network off"
+		if iso.Network {
+			network = "network on"
+		}
+		fmt.Fprintf(e.stdout, "commands: sandbox %s, %s; %s\n", iso.Sandbox, network, iso.Containment)
+		if iso.Warning != "" {
+			fmt.Fprintf(e.stdout, "WARNING: %s\n", iso.Warning)
+		}
+	}
 	printStatus(e, st.Inboxes, true)
 }
 
@@ -787,7 +797,14 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 func (c *apiClient) stream(ctx context.Context, path string, after int64, fn func(ev server.Event, raw string) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	// From the beginning (after=0) or after the last event seen: a server
+	// starts a stream that names neither at its current end. A
+	// Last-Event-ID header, when set below, wins.
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path+sep+"after="+strconv.FormatInt(after, 10), nil)
 	if err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
@@ -805,34 +822,140 @@ func (c *apiClient) stream(ctx context.Context, path string, after int64, fn fun
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return answerError(resp.StatusCode, b)
 	}
-	br := bufio.NewReader(resp.Body)
+	err = readSSE(resp.Body, func(f sseFrame) error {
+		if f.Event == cutEventType {
+			var cut server.CutEvent
+			_ = json.Unmarshal([]byte(f.Data), &cut)
+			return fmt.Errorf("the server cut the stream (%s: %s); it resumes after event %d", cut.Reason, cut.Message, cut.ResumeAfter)
+		}
+		var ev server.Event
+		if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
+			return fmt.Errorf("bad event %q: %w", clip(f.Data, 100), err)
+		}
+		if !fn(ev, f.Data) {
+			return errStopStream
+		}
+		return nil
+	})
+	if errors.Is(err, errStopStream) {
+		return nil
+	}
+	return err
+}
+
+// cutEventType is the event a server ends a stream early with
+// (server.CutEvent): the client reconnects after the last event it has.
+const cutEventType = "vigil.cut"
+
+// errStopStream stops readSSE when the caller has what it wants.
+var errStopStream = errors.New("stop reading the stream")
+
+// maxSSEFrame bounds the data of one event: a stream that never ends a
+// frame cannot take all of the client's memory.
+const maxSSEFrame = 32 << 20
+
+// sseFrame is one dispatched Server-Sent Events frame.
+type sseFrame struct {
+	// ID is the frame's id field, when it had one (HasID).
+	ID    string
+	HasID bool
+	// Event is the frame's event type, "message" when it names none.
+	Event string
+	// Data is the frame's data lines joined with "\n".
+	Data string
+}
+
+// readSSE reads an event stream as the EventSource standard does: lines
+// end with "\n", "\r\n" or "\r"; a line starting with ":" is a comment;
+// "field: value" with one optional space after the colon; data lines join
+// with "\n"; a blank line dispatches the frame, unless it has no data; what
+// is left at the end of the stream is dropped. It calls fn for each frame
+// and returns fn's first error, the read error, or nil at the end.
+func readSSE(r io.Reader, fn func(sseFrame) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxSSEFrame)
+	sc.Split(splitSSELines())
+	var f sseFrame
 	var data strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			if err == io.EOF {
-				return nil
+	hasData := false
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if hasData {
+				f.Data = data.String()
+				if f.Event == "" {
+					f.Event = "message"
+				}
+				if err := fn(f); err != nil {
+					return err
+				}
 			}
-			return fmt.Errorf("read event stream: %w", err)
-		}
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if data.Len() == 0 {
-				continue
-			}
-			raw := data.String()
+			f, hasData = sseFrame{}, false
 			data.Reset()
-			var ev server.Event
-			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-				return fmt.Errorf("bad event %q: %w", clip(raw, 100), err)
-			}
-			if !fn(ev, raw) {
-				return nil
-			}
-		case strings.HasPrefix(line, "data:"):
-			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+			continue
 		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "data":
+			if data.Len()+len(value)+1 > maxSSEFrame {
+				return fmt.Errorf("read event stream: an event is over %d bytes", maxSSEFrame)
+			}
+			if hasData {
+				data.WriteByte('\n')
+			}
+			data.WriteString(value)
+			hasData = true
+		case "event":
+			f.Event = value
+		case "id":
+			if !strings.ContainsRune(value, 0) {
+				f.ID, f.HasID = value, true
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read event stream: %w", err)
+	}
+	return nil
+}
+
+// splitSSELines returns a bufio.SplitFunc for the lines of an event
+// stream. It remembers how far it looked for a line's end, so that a long
+// line arriving in small reads is scanned once.
+func splitSSELines() bufio.SplitFunc {
+	seen := 0 // bytes of the current line known to hold no line end
+	return func(data []byte, atEOF bool) (int, []byte, error) {
+		i := bytes.IndexAny(data[min(seen, len(data)):], "\r\n")
+		if i >= 0 {
+			i += min(seen, len(data))
+		}
+		switch {
+		case i < 0:
+			seen = len(data)
+			if atEOF && len(data) > 0 {
+				seen = 0
+				return len(data), data, nil
+			}
+			return 0, nil, nil
+		case data[i] == '\n':
+			seen = 0
+			return i + 1, data[:i], nil
+		case i+1 < len(data):
+			seen = 0
+			if data[i+1] == '\n' {
+				return i + 2, data[:i], nil
+			}
+			return i + 1, data[:i], nil
+		case atEOF:
+			seen = 0
+			return i + 1, data[:i], nil
+		}
+		seen = i // a "\r" at the end: is "\n" next?
+		return 0, nil, nil
 	}
 }
 

@@ -203,7 +203,7 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("resume:\n%s", out)
 	}
 	ts.quiet(t, id)
-	if out := ts.ok(t, "status", id); !strings.Contains(out, "quiescent") || !strings.Contains(out, "every inbox is empty") {
+	if out := ts.ok(t, "status", id); !strings.Contains(out, "quiescent") || !strings.Contains(out, "every inbox is empty") || !strings.Contains(out, "commands: sandbox ") {
 		t.Errorf("status after resume:\n%s", out)
 	}
 

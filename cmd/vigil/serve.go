@@ -29,6 +29,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	addr := fs.String("addr", "127.0.0.1:7777", "listen address (host:port)")
+	allowHost := fs.String("allow-host", "", "comma-separated host names the API also answers to (a proxy's name; with --allow-remote, the machine's); * for any")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --addr (the bearer token is then all that guards the machine; put TLS in front)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish at shutdown")
 	verbose := fs.Bool("v", false, "log at debug level")
@@ -114,7 +115,8 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	stopMCP := context.AfterFunc(ctx, func() { mcpSrv.Close() })
 	defer stopMCP()
 	defer mcpSrv.Close()
-	srv := server.New(rt, server.Options{Token: token, Logger: logger, Metrics: metrics, ShutdownTimeout: *shutdown, Defaults: defaults, MCP: mcpSrv.Handler()})
+	srv := server.New(rt, server.Options{Token: token, Logger: logger, Metrics: metrics, ShutdownTimeout: *shutdown, Defaults: defaults, MCP: mcpSrv.Handler(),
+		AllowedHosts: strings.FieldsFunc(*allowHost, func(r rune) bool { return r == ',' || r == ' ' })})
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(e.stdout, "vigil serving on %s (API %s/api/, MCP %s/mcp, metrics %s/metrics)\n", base, base, base, base)

@@ -37,14 +37,16 @@ type Problem struct {
 
 // Error implements error.
 func (p *Problem) Error() string {
+	// Worded as the server's edge check words it.
 	what := "invalid UTF-8"
 	if p.NUL {
-		what = "a NUL byte"
+		what = "contains a NUL byte"
 	}
-	if p.Field == "" {
-		return fmt.Sprintf("text holds %s at byte %d", what, p.Offset)
+	field := p.Field
+	if field == "" {
+		field = "text"
 	}
-	return fmt.Sprintf("%s: holds %s at byte %d", p.Field, what, p.Offset)
+	return fmt.Sprintf("%s: %s at offset %d", field, what, p.Offset)
 }
 
 var rawMessageType = reflect.TypeFor[json.RawMessage]()

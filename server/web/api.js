@@ -120,9 +120,15 @@ export async function api(method, path, body, opts = {}) {
  * EventStream reads a Server-Sent Events stream with fetch(), so that it can
  * send the bearer token, and reconnects after a dropped connection with
  * Last-Event-ID: the server replays what was missed from its store, in
- * order, none twice. Between attempts it waits with exponential backoff
- * (1s, 2s, 4s ... 30s, with jitter) and reports its state:
- * "connecting", "live", "reconnecting" (with the delay) or "stopped".
+ * order, none twice. Without `after` the stream starts at the server's
+ * current end (only new events); `after: 0` replays from the beginning.
+ * The server's first frame carries the id the stream starts after, so a
+ * reconnect resumes there even before any event came. A vigil.cut event
+ * (the client fell behind, or the server is shutting down) ends the
+ * stream with the id to resume from; the stream reconnects at once.
+ * Between other attempts it waits with exponential backoff (1s, 2s, 4s ...
+ * 30s, with jitter) and reports its state: "connecting", "live",
+ * "reconnecting" (with the delay) or "stopped".
  */
 export class EventStream {
   constructor(url, { after = null, onEvent, onState }) {
@@ -136,6 +142,7 @@ export class EventStream {
     this.attempt = 0;
     this.connects = 0;
     this.state = "";
+    this.cut = null;
   }
 
   start() {
@@ -167,6 +174,7 @@ export class EventStream {
       const started = Date.now();
       let gotEvent = false;
       let failure = "";
+      this.cut = null;
       try {
         gotEvent = await this.connect();
         failure = "the stream ended";
@@ -180,7 +188,14 @@ export class EventStream {
       // backoff; one refused at once doubles it.
       if (gotEvent || Date.now() - started > 5000) this.attempt = 0;
       const base = Math.min(30000, 1000 * 2 ** this.attempt);
-      const delay = Math.round(base * (0.8 + Math.random() * 0.4));
+      let delay = Math.round(base * (0.8 + Math.random() * 0.4));
+      if (this.cut) {
+        // Cut short on purpose: resume now (a shutting-down server
+        // refuses the reconnect, and the backoff goes on from there).
+        failure = "cut: " + (this.cut.message || this.cut.reason || "the server ended the stream");
+        delay = Math.round(100 + Math.random() * 200);
+        this.attempt = 0;
+      }
       this.attempt++;
       this.setState("reconnecting", { delay, until: Date.now() + delay, reason: failure, attempt: this.attempt });
       await new Promise((resolve) => {
@@ -229,6 +244,11 @@ export class EventStream {
           if (line === "") {
             if (frame.data.length > 0) {
               if (this.dispatch(frame)) got = true;
+            } else if (frame.id !== null) {
+              // An event-less frame still sets the last event id (as in
+              // EventSource): where the stream starts.
+              const id = Number(frame.id);
+              if (frame.id !== "" && Number.isFinite(id) && (this.lastId === null || this.lastId === undefined || id > this.lastId)) this.lastId = id;
             }
             frame = { id: null, event: "message", data: [] };
             continue;
@@ -251,6 +271,18 @@ export class EventStream {
   }
 
   dispatch(frame) {
+    if (frame.event === "vigil.cut") {
+      let cut = {};
+      try {
+        cut = JSON.parse(frame.data.join("\n")) || {};
+      } catch {
+        cut = {};
+      }
+      const after = Number(cut.resume_after);
+      if (Number.isFinite(after) && (this.lastId === null || this.lastId === undefined || after > this.lastId)) this.lastId = after;
+      this.cut = cut;
+      return false;
+    }
     let id = frame.id === null ? null : Number(frame.id);
     if (id !== null && !Number.isFinite(id)) id = null;
     if (id !== null && this.lastId !== null && this.lastId !== undefined && id <= this.lastId) {

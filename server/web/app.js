@@ -210,13 +210,22 @@ class ListView {
       h("div.list-page", h("section.card", h("div.card-head", h("h2", "Sessions ", this.count), h("label.check", closedToggle, " show closed")), this.list), this.newSessionForm()),
     );
     this.load();
-    // Every session's events: a change of any session refreshes its row.
+    // Every session's events from now on: a change of any session
+    // refreshes its row. The stream starts when it connects, after the
+    // first load began: once live, every row is read again, so that
+    // nothing committed in between is missed.
     this.stream = new EventStream("/api/events", {
       onEvent: (ev) => {
         if (ev && ev.session) this.dirty.add(ev.session);
         this.refresh();
       },
-      onState: setConn,
+      onState: (state, info) => {
+        setConn(state, info);
+        if (state === "live" && info.connects === 1) {
+          for (const r of this.rows) this.dirty.add(r.id);
+          this.refresh();
+        }
+      },
     }).start();
   }
 
