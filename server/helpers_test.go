@@ -3,16 +3,12 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/postgres"
 	"github.com/vigilrun/vigil/store/sqlite"
@@ -126,15 +121,9 @@ func sqliteStore(t testing.TB) store.Store {
 // saying so loudly, or fails the test when VIGIL_TEST_STRICT=1.
 func postgresStore(t testing.TB) store.Store {
 	t.Helper()
-	admin := os.Getenv("VIGIL_TEST_POSTGRES")
-	if admin == "" {
-		admin = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
+	dsn, err := pgtest.Try(t)
 	if err != nil {
-		msg := fmt.Sprintf("SKIP: PostgreSQL not reachable at %s (%v); set VIGIL_TEST_POSTGRES; the PostgreSQL half of %s does not run", redactDSN(admin), err, t.Name())
+		msg := fmt.Sprintf("SKIP: %v; the PostgreSQL half of %s does not run", err, t.Name())
 		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
 			t.Fatal(msg)
 		}
@@ -142,37 +131,7 @@ func postgresStore(t testing.TB) store.Store {
 		t.Log(msg)
 		return nil
 	}
-	defer conn.Close(ctx)
-	// A fuzz worker is stopped without running its cleanups: its database
-	// names its host and process, and the next run drops those of
-	// processes of this host that are gone.
-	prefix := "vigil_server_test_" + hostTag() + "_"
-	dropStaleDatabases(ctx, t, conn, prefix)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("%s%d_%s", prefix, os.Getpid(), hex.EncodeToString(b[:]))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("VIGIL_TEST_POSTGRES: %v", err)
-	}
-	u.Path = "/" + name
-	st, err := postgres.Open(context.Background(), u.String(), &postgres.Options{
+	st, err := postgres.Open(context.Background(), dsn, &postgres.Options{
 		MaxConns: 8,
 		Logger:   slog.New(slog.NewTextHandler(logWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -180,47 +139,6 @@ func postgresStore(t testing.TB) store.Store {
 		t.Fatalf("open PostgreSQL: %v", err)
 	}
 	return st
-}
-
-// hostTag names this machine in a database name.
-func hostTag() string {
-	h, _ := os.Hostname()
-	sum := sha256.Sum256([]byte(h))
-	return hex.EncodeToString(sum[:4])
-}
-
-// dropStaleDatabases drops the test databases named prefix<pid>_… whose
-// process no longer runs.
-func dropStaleDatabases(ctx context.Context, t testing.TB, conn *pgx.Conn, prefix string) {
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", prefix)
-	if err != nil {
-		t.Logf("list stale test databases: %v", err)
-		return
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Logf("list stale test databases: %v", err)
-		return
-	}
-	for _, name := range names {
-		pid, _, _ := strings.Cut(strings.TrimPrefix(name, prefix), "_")
-		if _, err := strconv.Atoi(pid); err != nil {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pid); err == nil {
-			continue // still running
-		}
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop stale test database %s: %v", name, err)
-		}
-	}
-}
-
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		return u.Redacted()
-	}
-	return dsn
 }
 
 // procStatus returns a field of /proc/self/status in kB (VmRSS, VmHWM), or

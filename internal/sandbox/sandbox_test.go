@@ -311,19 +311,7 @@ func TestGitWorktree(t *testing.T) {
 	}
 	base := testBase(t)
 	main, wt := filepath.Join(base, "main"), filepath.Join(base, "wt")
-	git := func(dir string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %q: %v: %s", args, err, out)
-		}
-	}
-	mkdir(t, main)
-	git(main, "init", "-q")
-	git(main, "commit", "-q", "--allow-empty", "-m", "first")
-	git(main, "worktree", "add", "-q", wt)
+	gitWorktree(t, main, wt)
 	config := readFile(t, filepath.Join(main, ".git", "config"))
 
 	p := sandbox.Policy{Mode: sandbox.WorkspaceWrite, Roots: []string{wt, main}}
@@ -630,6 +618,21 @@ func TestGitWorktreeOutsideRoots(t *testing.T) {
 	}
 	base := t.TempDir() // under /tmp
 	main, wt := filepath.Join(base, "main"), filepath.Join(base, "wt")
+	gitWorktree(t, main, wt)
+	config := readFile(t, filepath.Join(main, ".git", "config"))
+	p := sandbox.Policy{Mode: sandbox.WorkspaceWrite, Roots: []string{wt}}
+	if out, code := runIn(t, p, r, wt, baseEnv(), `git status --short && echo STATUS-OK`); code != 0 || !strings.Contains(out, "STATUS-OK") {
+		t.Fatalf("git status in a worktree whose repository is outside the roots: exit %d: %s", code, out)
+	}
+	if out, code := runIn(t, p, r, wt, baseEnv(), `git config core.hooksPath /tmp/x`); code == 0 || readFile(t, filepath.Join(main, ".git", "config")) != config {
+		t.Errorf("the worktree changed the main repository's config: exit %d: %s", code, out)
+	}
+}
+
+// gitWorktree makes a repository at main with one commit and a worktree
+// of it at wt.
+func gitWorktree(t *testing.T, main, wt string) {
+	t.Helper()
 	git := func(dir string, args ...string) {
 		t.Helper()
 		cmd := exec.Command("git", args...)
@@ -643,12 +646,4 @@ func TestGitWorktreeOutsideRoots(t *testing.T) {
 	git(main, "init", "-q")
 	git(main, "commit", "-q", "--allow-empty", "-m", "first")
 	git(main, "worktree", "add", "-q", wt)
-	config := readFile(t, filepath.Join(main, ".git", "config"))
-	p := sandbox.Policy{Mode: sandbox.WorkspaceWrite, Roots: []string{wt}}
-	if out, code := runIn(t, p, r, wt, baseEnv(), `git status --short && echo STATUS-OK`); code != 0 || !strings.Contains(out, "STATUS-OK") {
-		t.Fatalf("git status in a worktree whose repository is outside the roots: exit %d: %s", code, out)
-	}
-	if out, code := runIn(t, p, r, wt, baseEnv(), `git config core.hooksPath /tmp/x`); code == 0 || readFile(t, filepath.Join(main, ".git", "config")) != config {
-		t.Errorf("the worktree changed the main repository's config: exit %d: %s", code, out)
-	}
 }
