@@ -172,6 +172,10 @@ type Isolation struct {
 	Sandbox sandbox.Mode
 	// Network reports whether confined commands may use the network.
 	Network bool
+	// WritableGit reports whether the roots' .git stay writable in
+	// workspace-write: when configured, or when the backend (Landlock)
+	// cannot keep a path read-only inside a writable root.
+	WritableGit bool
 	// Kernel is what the machine offers, in a sentence (the probe's).
 	Kernel string
 	// Containment is how processes are kept within reach.
@@ -186,10 +190,24 @@ func (r *Runtime) Isolation() Isolation { return r.iso }
 // setupIsolation probes the kernel and settles the sandbox mode.
 func setupIsolation(ctx context.Context, opts Sandbox, dataDir string) (Isolation, sandbox.Report, error) {
 	rep := sandbox.Probe(ctx)
-	iso := Isolation{Network: opts.Network, Kernel: rep.String(), Containment: probeContainment(dataDir)}
+	iso, err := isolationFor(opts, rep, probeContainment(dataDir))
+	return iso, rep, err
+}
+
+// isolationFor settles the sandbox mode from the options and what the
+// kernel offers.
+func isolationFor(opts Sandbox, rep sandbox.Report, contain Containment) (Isolation, error) {
+	iso := Isolation{Network: opts.Network, WritableGit: opts.WritableGit, Kernel: rep.String(), Containment: contain}
 	switch opts.Mode {
 	case "":
 		iso.Sandbox = sandbox.WorkspaceWrite
+		if rep.Backend() == sandbox.BackendLandlock && !opts.WritableGit {
+			// Landlock grants whole trees: .git inside a writable root
+			// cannot stay read-only, and refusing every command in a git
+			// repository would leave the default unusable.
+			iso.WritableGit = true
+			iso.Warning = "sandbox: Landlock without bubblewrap cannot keep .git read-only inside the workspace, so .git is writable (a command could plant a git hook); install bubblewrap"
+		}
 		if rep.Check(sandbox.WorkspaceWrite) != nil {
 			iso.Sandbox = sandbox.FullAccess
 			iso.Warning = "NO SANDBOX: agents' commands run with full access to this machine (" + rep.String() +
@@ -198,10 +216,10 @@ func setupIsolation(ctx context.Context, opts Sandbox, dataDir string) (Isolatio
 	default:
 		m, err := sandbox.ParseMode(opts.Mode)
 		if err != nil {
-			return iso, rep, err
+			return iso, err
 		}
 		if err := rep.Check(m); err != nil {
-			return iso, rep, err
+			return iso, err
 		}
 		iso.Sandbox = m
 		if m == sandbox.FullAccess {
@@ -218,7 +236,7 @@ func setupIsolation(ctx context.Context, opts Sandbox, dataDir string) (Isolatio
 			iso.Warning = strings.TrimPrefix(iso.Warning+"; "+iso.Containment.Note, "; ")
 		}
 	}
-	return iso, rep, nil
+	return iso, nil
 }
 
 // wrapFor returns the sandbox wrapper of one command of a session, or nil
@@ -230,7 +248,7 @@ func (r *Runtime) wrapFor(env toolEnv) func(*exec.Cmd) error {
 	}
 	tmp := r.sessionTmp(env.sessionDir)
 	p := sandbox.Policy{
-		Mode: mode, Roots: env.roots, Network: r.opts.Sandbox.Network, WritableGit: r.opts.Sandbox.WritableGit,
+		Mode: mode, Roots: env.roots, Network: r.opts.Sandbox.Network, WritableGit: r.iso.WritableGit,
 		ReadOnlyPaths: r.opts.Sandbox.Protect,
 		Hidden:        append([]string{r.opts.DataDir}, hiddenByRules(env.roots, env.perms.Deny)...), Tmp: tmp,
 		// Without cgroups, a PID namespace is what keeps a command's

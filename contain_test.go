@@ -1,14 +1,17 @@
 package vigil
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store/memstore"
@@ -45,5 +48,24 @@ func TestSuccessorSweepsEveryRecordedRoot(t *testing.T) {
 	}
 	if pids, _ := shell.CgroupProcs(filepath.Join(old, "s1")); len(pids) > 0 {
 		t.Fatalf("processes %v outlived the sweep", pids)
+	}
+}
+
+// Where the kernel gives Landlock but no bubblewrap, the default is still
+// workspace-write, with .git writable and said so (Landlock cannot keep a
+// path read-only inside a writable root); with neither, full-access, said
+// loudly; an explicit confined mode the kernel cannot give is refused.
+func TestIsolationDefaults(t *testing.T) {
+	landlock := sandbox.Report{Landlock: 7, Seccomp: true, Executable: "/usr/bin/vigil"}
+	iso, err := isolationFor(Sandbox{}, landlock, Containment{Cgroups: true})
+	if err != nil || iso.Sandbox != sandbox.WorkspaceWrite || !iso.WritableGit || !strings.Contains(iso.Warning, ".git is writable") {
+		t.Fatalf("Landlock only: %+v, %v", iso, err)
+	}
+	iso, err = isolationFor(Sandbox{}, sandbox.Report{}, Containment{})
+	if err != nil || iso.Sandbox != sandbox.FullAccess || !strings.Contains(iso.Warning, "NO SANDBOX") || !strings.Contains(iso.Warning, "process group only") {
+		t.Fatalf("no sandbox: %+v, %v", iso, err)
+	}
+	if _, err := isolationFor(Sandbox{Mode: "workspace-write"}, sandbox.Report{}, Containment{}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("explicit workspace-write without a sandbox: %v; want it refused", err)
 	}
 }

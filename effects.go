@@ -202,7 +202,7 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 			ws.ReadOnly = true
 		case sandbox.WorkspaceWrite:
 			ws.ReadOnlyPaths = append(ws.ReadOnlyPaths, r.opts.Sandbox.Protect...)
-			if !r.opts.Sandbox.WritableGit {
+			if !r.iso.WritableGit {
 				for _, root := range env.roots {
 					ws.ReadOnlyPaths = append(ws.ReadOnlyPaths, filepath.Join(root, ".git"))
 				}
