@@ -148,6 +148,8 @@ type Runtime struct {
 	wg        sync.WaitGroup
 	leaseTTL  time.Duration
 	renewStop chan struct{}
+	// takeovers are closed when the takeover of their session ends.
+	takeovers map[core.SessionID]chan struct{}
 	allSubs   *fanout
 	iso       Isolation
 	sandbox   sandbox.Report
@@ -201,7 +203,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
-		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL,
+		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL, takeovers: map[core.SessionID]chan struct{}{},
 		renewStop: make(chan struct{}), allSubs: newFanout(),
 	}
 	iso, rep, err := setupIsolation(ctx, opts.Sandbox, opts.DataDir)
@@ -292,6 +294,8 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 		return a, nil
 	}
 	r.actors[id] = nil // reserved while it is taken over
+	done := make(chan struct{})
+	r.takeovers[id] = done
 	r.mu.Unlock()
 	a, err := r.takeOver(ctx, id)
 	r.mu.Lock()
@@ -301,6 +305,8 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 	} else {
 		r.actors[id] = a
 	}
+	delete(r.takeovers, id)
+	close(done)
 	r.mu.Unlock()
 	if err == nil && closed {
 		a.stop()
@@ -442,22 +448,48 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
+// actor returns the session's actor here: the running one, the one a
+// takeover in progress is making (waited for), or one taken over now
+// (reclaim).
 func (r *Runtime) actor(id string) (*actor, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, ErrClosed
-	}
+	closed := r.closed
 	a, reserved := r.actors[core.SessionID(id)]
-	if a != nil {
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case a != nil:
+		return a, nil
+	case reserved:
+		return r.waitTakeover(id)
+	}
+	return r.reclaim(id)
+}
+
+// waitTakeover waits, up to 10 s, for the takeover of a session in
+// progress, so that a request that comes a moment early is served rather
+// than refused; a session being created (not stored yet) is not waited
+// for. It is called without r.mu.
+func (r *Runtime) waitTakeover(id string) (*actor, error) {
+	r.mu.Lock()
+	done := r.takeovers[core.SessionID(id)]
+	r.mu.Unlock()
+	if done != nil {
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-r.ctx.Done():
+		case <-t.C:
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.actors[core.SessionID(id)]; a != nil {
 		return a, nil
 	}
-	if reserved { // being created (not stored yet) or taken over
-		return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
-	}
-	r.mu.Unlock()
-	defer r.mu.Lock()
-	return r.reclaim(id)
+	return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
 }
 
 // reclaim answers for a session this runtime has no actor for. The store
@@ -487,7 +519,9 @@ func (r *Runtime) reclaim(id string) (*actor, error) {
 		return a, nil
 	case errors.Is(err, store.ErrLeaseHeld):
 		return nil, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrRecovering):
+	case errors.Is(err, ErrRecovering):
+		return r.waitTakeover(id)
+	case errors.Is(err, ErrClosed):
 		return nil, err
 	}
 	return nil, fmt.Errorf("session %s: %w: %v", id, ErrStoreDown, err)
