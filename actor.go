@@ -376,7 +376,8 @@ func (a *actor) commitFailed(batch []request, err error) {
 		go a.stop()
 		return
 	}
-	if errors.Is(err, store.ErrRefused) && a.refused(batch, err) {
+	if errors.Is(err, store.ErrRefused) {
+		a.refused(batch, err)
 		return
 	}
 	a.poisoned = err
@@ -398,10 +399,10 @@ func (a *actor) commitFailed(batch []request, err error) {
 // state is reloaded and each input is stepped and committed alone: the ones
 // the store takes go on; an API request it refuses gets an error, and an
 // effect outcome it refuses is replaced by its failure (refusedInput), so
-// the run that waits on it goes on. It reports false when the store failed
-// otherwise on the way; the caller then pauses the session as for any
-// failure.
-func (a *actor) refused(batch []request, cause error) bool {
+// the run that waits on it goes on. When the store fails otherwise on the
+// way, the rest of the batch goes to commitFailed, which pauses the
+// session as for any failure.
+func (a *actor) refused(batch []request, cause error) {
 	a.rt.log.Error("the store refused a commit for good; stepping its inputs one by one", "session", a.id, "err", cause)
 	for i, r := range batch {
 		if r.fn != nil {
@@ -410,7 +411,7 @@ func (a *actor) refused(batch []request, cause error) bool {
 		s, err := loadState(a.ctx, a.rt.st, string(a.id))
 		if err != nil {
 			a.commitFailed(batch[i:], err)
-			return true
+			return
 		}
 		a.state = s
 		in := r.input
@@ -429,12 +430,12 @@ func (a *actor) refused(batch []request, cause error) bool {
 			}
 			if !errors.Is(err, store.ErrRefused) {
 				a.commitFailed(batch[i:], err)
-				return true
+				return
 			}
 			refusal := err
 			if a.state, err = loadState(a.ctx, a.rt.st, string(a.id)); err != nil {
 				a.commitFailed(batch[i:], err)
-				return true
+				return
 			}
 			var ok bool
 			if r.effect && attempt == 0 {
@@ -450,7 +451,6 @@ func (a *actor) refused(batch []request, cause error) bool {
 			a.rt.log.Error("the store refused an outcome; recording its failure instead", "session", a.id, "input", fmt.Sprintf("%T", r.input), "err", refusal)
 		}
 	}
-	return true
 }
 
 // refusedInput is the failure that stands for an effect outcome the store

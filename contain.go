@@ -97,7 +97,9 @@ func recordRoot(dataDir, root string) error {
 	return nil
 }
 
-// cgroupRoots returns the cgroup roots runtimes on dataDir have used.
+// cgroupRoots returns the cgroup roots runtimes on dataDir have used. Only
+// vigil's own roots (absolute, named vigil-…) are taken: the sweep kills
+// whatever lives under them.
 func cgroupRoots(dataDir string) []string {
 	b, err := os.ReadFile(filepath.Join(dataDir, rootsFile))
 	if err != nil {
@@ -105,7 +107,8 @@ func cgroupRoots(dataDir string) []string {
 	}
 	var out []string
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if line = strings.TrimSpace(line); filepath.IsAbs(line) && !slices.Contains(out, line) {
+		line = filepath.Clean(strings.TrimSpace(line))
+		if filepath.IsAbs(line) && strings.HasPrefix(filepath.Base(line), "vigil-") && !slices.Contains(out, line) {
 			out = append(out, line)
 		}
 	}
