@@ -29,6 +29,7 @@ import (
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/shell"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -445,6 +446,10 @@ func (r *Runtime) Close() error {
 	r.cancel()
 	r.wg.Wait()
 	r.allSubs.closeAll()
+	if r.iso.Containment.Cgroups {
+		// The sessions' commands have ended; their empty groups go.
+		shell.RemoveEmptyCgroups(r.iso.Containment.Root)
+	}
 	return nil
 }
 

@@ -292,3 +292,14 @@ func CgroupProcs(dir string) ([]int, error) {
 	})
 	return all, errors.Join(append(errs, err)...)
 }
+
+// RemoveEmptyCgroups removes the groups at and below dir that hold no
+// process, deepest first, and leaves the others; a group that does not
+// exist is not an error.
+func RemoveEmptyCgroups(dir string) {
+	var dirs []string
+	_ = walkGroups(dir, func(d string) { dirs = append(dirs, d) })
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = unix.Rmdir(dirs[i]) // EBUSY: it holds processes, or a group that does
+	}
+}
