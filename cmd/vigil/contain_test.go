@@ -126,16 +126,7 @@ func containOnce(t *testing.T, rng *rand.Rand, sandbox string) (kills, checked i
 				break
 			}
 		}
-		for range c.lines {
-		}
-		err := <-c.done
-		if session == "" {
-			t.Fatalf("no session was created: %v\n%s", err, c.errb.String())
-		}
-		if !dead {
-			if err != nil {
-				t.Fatalf("the last run failed: %v\n%s", err, c.errb.String())
-			}
+		if endAttempt(t, c, session, dead) {
 			break
 		}
 		if attempt > 4 {

@@ -175,16 +175,7 @@ func crashOnce(t *testing.T, b crashBackend, rng *rand.Rand) {
 				break
 			}
 		}
-		for range c.lines {
-		}
-		err := <-c.done
-		if session == "" {
-			t.Fatalf("no session was created: %v\n%s", err, c.errb.String())
-		}
-		if !killed {
-			if err != nil {
-				t.Fatalf("the last run failed: %v\n%s", err, c.errb.String())
-			}
+		if endAttempt(t, c, session, killed) {
 			break
 		}
 		if attempt > 6 {
@@ -196,6 +187,23 @@ func crashOnce(t *testing.T, b crashBackend, rng *rand.Rand) {
 	st := open()
 	defer st.Close()
 	checkStore(t, st, session)
+}
+
+// endAttempt drains a child vigil's output and waits for it. It reports
+// whether the run is done: the child was not killed and exited cleanly (a
+// child that was not killed and failed fails the test).
+func endAttempt(t *testing.T, c *child, session string, killed bool) bool {
+	t.Helper()
+	for range c.lines {
+	}
+	err := <-c.done
+	if session == "" {
+		t.Fatalf("no session was created: %v\n%s", err, c.errb.String())
+	}
+	if !killed && err != nil {
+		t.Fatalf("the last run failed: %v\n%s", err, c.errb.String())
+	}
+	return !killed
 }
 
 func sessionOf(line string) string {
