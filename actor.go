@@ -9,7 +9,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/textcheck"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
 )
 

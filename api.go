@@ -12,10 +12,10 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/textcheck"
-	"github.com/vigilrun/vigil/permission"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/permission"
+	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
-	"github.com/vigilrun/vigil/transcript"
+	"github.com/vigilrun/vigil/internal/transcript"
 )
 
 func decodeState(b []byte, s *core.State) error { return json.Unmarshal(b, s) }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 )
 
 // Containment: every process an agent's command or a provider CLI starts

@@ -14,8 +14,8 @@ import (
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/shell"
-	"github.com/vigilrun/vigil/tool"
+	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/internal/tool"
 )
 
 // startEffects starts a committed step's effects. Every outcome comes back

@@ -29,7 +29,7 @@ import (
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
 )
 

@@ -3,7 +3,7 @@ package core
 import (
 	"encoding/json"
 
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 )
 
 // A provider process that runs its own tools (Claude Code) asks its host

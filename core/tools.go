@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 )
 
 // dispatchTool handles one tool call of a model answer. vigil's

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 )
 
 // PendingApprovalsInput is pending_approvals' input.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/mcpserver"
-	"github.com/vigilrun/vigil/mcpserver/mcptest"
+	"github.com/vigilrun/vigil/internal/mcptest"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/server"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 	"github.com/vigilrun/vigil/store"
 )
 

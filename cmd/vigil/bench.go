@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/vigilrun/vigil/bench"
+	"github.com/vigilrun/vigil/internal/bench"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 	"github.com/vigilrun/vigil/store/postgres"

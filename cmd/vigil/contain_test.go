@@ -15,7 +15,7 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/sqlite"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/postgres"
 	"github.com/vigilrun/vigil/store/sqlite"

@@ -26,7 +26,7 @@ func runVigil(t *testing.T, args ...string) (int, string, string) {
 // itself under the default budget: budget_exceeded on the timeline, the
 // agents blocked, and vigil run exits 4.
 func TestRunawayEndsUnderTheDefaultBudget(t *testing.T) {
-	code, out, errb := runVigil(t, "run", "--memory", "--script", "../../examples/runaway.yaml", "Play ping-pong")
+	code, out, errb := runVigil(t, "run", "--memory", "--script", "examples/runaway.yaml", "Play ping-pong")
 	if code != 4 || !strings.Contains(out, "budget_exceeded") || !strings.Contains(out, "blocked after") {
 		t.Fatalf("exit %d\n%s\n%s", code, tail(out, 1500), errb)
 	}
@@ -35,7 +35,7 @@ func TestRunawayEndsUnderTheDefaultBudget(t *testing.T) {
 
 // The long-session example compacts several times and ends completed.
 func TestLongSessionExampleCompacts(t *testing.T) {
-	code, out, errb := runVigil(t, "run", "--memory", "--script", "../../examples/long-session.yaml", "Work for a long time")
+	code, out, errb := runVigil(t, "run", "--memory", "--script", "long-session", "Work for a long time")
 	if code != 0 || strings.Count(out, "context compacted") < 3 || !strings.Contains(out, "All 80 rounds are done.") {
 		t.Fatalf("exit %d\n%s\n%s", code, tail(out, 1500), errb)
 	}

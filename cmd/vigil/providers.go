@@ -1,14 +1,18 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
-	"github.com/vigilrun/vigil/config"
-	"github.com/vigilrun/vigil/examples"
+	"github.com/vigilrun/vigil/internal/config"
+	"github.com/vigilrun/vigil/internal/examples"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/claudecode"
 	"github.com/vigilrun/vigil/provider/script"
@@ -65,7 +69,7 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 	// The script provider: a scenario file, or the built-in demo.
 	var sc *script.Scenario
 	if f.script != "" {
-		sc, err = script.Load(f.script)
+		sc, err = loadScript(f.script)
 	} else {
 		var b []byte
 		if b, err = examples.Files.ReadFile("coordinator.yaml"); err == nil {
@@ -109,4 +113,24 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 		return nil, fmt.Errorf("unknown provider %q", name)
 	}
 	return set, nil
+}
+
+// loadScript reads a scenario file or, when no such file exists, the
+// built-in example of that name: "runaway", "runaway.yaml" and
+// "examples/runaway.yaml" all name internal/examples/runaway.yaml, so
+// that the README's examples run from any directory.
+func loadScript(name string) (*script.Scenario, error) {
+	if _, err := os.Stat(name); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return script.Load(name)
+	}
+	base := strings.TrimSuffix(filepath.Base(name), ".yaml") + ".yaml"
+	b, err := examples.Files.ReadFile(base)
+	if err != nil {
+		names, _ := fs.Glob(examples.Files, "*.yaml")
+		for i := range names {
+			names[i] = strings.TrimSuffix(names[i], ".yaml")
+		}
+		return nil, fmt.Errorf("script %s: no such file, and no built-in example of that name (built in: %s)", name, strings.Join(names, ", "))
+	}
+	return script.Parse(b)
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/config"
+	"github.com/vigilrun/vigil/internal/config"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/sim"
+	"github.com/vigilrun/vigil/internal/sim"
 )
 
 func cmdSim(ctx context.Context, e *env, args []string) error {
@@ -27,7 +27,7 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	noCrash := fs.Bool("no-crash", false, "disable crash-and-recover")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "seeds run in parallel")
 	trace := fs.String("trace", "", "with --seed: print every step (full), or every step that touched one agent, by id (a3) or name (cc-x5, main)")
-	regressions := fs.String("regressions", "", "run exactly the seeds listed in this file (sim/regressions.txt)")
+	regressions := fs.String("regressions", "", "run exactly the seeds listed in this file (internal/sim/regressions.txt)")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}

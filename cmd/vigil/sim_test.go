@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/sim"
+	"github.com/vigilrun/vigil/internal/sim"
 )
 
 // runSim runs "vigil sim args..." and returns its exit code and output.

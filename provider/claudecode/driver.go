@@ -14,7 +14,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 )
 
 // Name is the driver's name, as sessions name their provider.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 )
 
 // ErrEnded is returned by a process's methods once it is ending or gone.

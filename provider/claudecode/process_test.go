@@ -15,7 +15,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/shell"
+	"github.com/vigilrun/vigil/internal/shell"
 )
 
 // fake starts the test binary as a fake CLI (see fakeCLI).

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 )
 
 // Permissions are a session's permission mode and rules, as the Workspace

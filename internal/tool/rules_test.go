@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vigilrun/vigil/permission"
+	"github.com/vigilrun/vigil/internal/permission"
 )
 
 const (
