@@ -16,7 +16,7 @@ import (
 // model round. Every reply must be announced, each by its own notification.
 func TestIncident000FiveRoundsAllRepliesDelivered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _ := openScript(t, "examples/incident-000.yaml")
+		rt, _ := openScript(t, "internal/examples/incident-000.yaml")
 		ctx := context.Background()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Run five rounds", Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {
@@ -61,7 +61,7 @@ func TestIncident000FiveRoundsAllRepliesDelivered(t *testing.T) {
 // Then it sleeps two hours on a wakeup and must wake again.
 func TestIncident003IdleSessionWakes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _ := openScript(t, "examples/incident-003.yaml")
+		rt, _ := openScript(t, "internal/examples/incident-003.yaml")
 		ctx := context.Background()
 		start := time.Now()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Watch the build", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
@@ -102,7 +102,7 @@ func TestIncident003IdleSessionWakes(t *testing.T) {
 // released, and the held user prompt waits visibly.
 func TestIncident002WakeWhileFinishingIsNeverHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _ := openScript(t, "examples/incident-002.yaml")
+		rt, _ := openScript(t, "internal/examples/incident-002.yaml")
 		ctx := context.Background()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "start", Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {

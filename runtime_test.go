@@ -90,7 +90,7 @@ func checkDelivered(t *testing.T, s *core.State) {
 
 func TestCoordinatorScenario(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _ := openScript(t, "examples/coordinator.yaml")
+		rt, _ := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {
@@ -132,7 +132,7 @@ func TestCoordinatorScenario(t *testing.T) {
 
 func TestTranscriptJSONL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _ := openScript(t, "examples/coordinator.yaml")
+		rt, _ := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {

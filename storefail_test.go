@@ -17,7 +17,7 @@ import (
 // and nothing committed is lost.
 func TestFullDiskPausesAndResumes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, st := openScript(t, "examples/coordinator.yaml")
+		rt, st := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
 		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
 		if err != nil {

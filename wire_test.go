@@ -81,14 +81,14 @@ func runOverWire(t *testing.T, name string, p provider.Provider, srv *providerte
 // format: the fake server plays the model's side.
 func TestCoordinatorOverAnthropicWire(t *testing.T) {
 	srv := providertest.NewAnthropic(t)
-	playScript(t, srv, "examples/coordinator.yaml")
+	playScript(t, srv, "internal/examples/coordinator.yaml")
 	runOverWire(t, "anthropic", anthropic.New(anthropic.Options{APIKey: "sk-test", BaseURL: srv.BaseURL()}), srv)
 }
 
 // The same over the OpenAI Chat Completions wire format.
 func TestCoordinatorOverOpenAIWire(t *testing.T) {
 	srv := providertest.NewOpenAI(t)
-	playScript(t, srv, "examples/coordinator.yaml")
+	playScript(t, srv, "internal/examples/coordinator.yaml")
 	runOverWire(t, "openai", openai.New(openai.Options{BaseURL: srv.BaseURL(), Model: "m"}), srv)
 }
 

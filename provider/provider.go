@@ -4,7 +4,10 @@
 //
 // Adapters live in sub-packages, one per wire format: provider/anthropic
 // (Messages API), provider/openai (Chat Completions and compatible servers),
-// provider/script (scenario files for tests and demos).
+// provider/script (scenario files for tests and demos). The HTTP adapters
+// share HTTPAdapter (retries, error classification, stalls, cut streams,
+// key redaction) and keep only their wire format; every adapter passes
+// the conformance suite providertest.Run.
 package provider
 
 import (

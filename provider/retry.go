@@ -115,9 +115,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// RetryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
+// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
 // date), from h.
-func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
 			return time.Duration(ms * float64(time.Millisecond)), true
@@ -136,8 +136,8 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// Failure is one failed attempt of a model call.
-type Failure struct {
+// failure is one failed attempt of a model call.
+type failure struct {
 	Err *Error
 	// Wait is the server's retry-after, when HasWait.
 	Wait    time.Duration
@@ -163,10 +163,10 @@ func StatusKind(status int, errType string) (ErrorKind, bool) {
 	}
 }
 
-// TransportRetryable reports whether a transport error (no response) is
+// transportRetryable reports whether a transport error (no response) is
 // worth another attempt: refused and reset connections, timeouts and EOFs
 // are; certificate and malformed-URL errors are not.
-func TransportRetryable(err error) bool {
+func transportRetryable(err error) bool {
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
@@ -183,8 +183,8 @@ func TransportRetryable(err error) bool {
 	return true
 }
 
-// Redact removes secret from s.
-func Redact(s, secret string) string {
+// redact removes secret from s.
+func redact(s, secret string) string {
 	if secret == "" {
 		return s
 	}
@@ -204,13 +204,13 @@ func Truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// Run performs a model call under the policy: attempt is called for
+// run performs a model call under the policy: attempt is called for
 // attempt n (from 1) and returns the response, or the failure, or stopped
-// when the consumer stopped reading. Run yields EventRetry before each
+// when the consumer stopped reading. It yields EventRetry before each
 // backoff, then the final EventDone or error. name is the provider's name
 // for errors and logs.
-func (p RetryPolicy) Run(ctx context.Context, name, callID string, log *slog.Logger,
-	attempt func(n int) (*chat.Response, *Failure, bool), yield func(Event, error) bool) {
+func (p RetryPolicy) run(ctx context.Context, name, callID string, log *slog.Logger,
+	attempt func(n int) (*chat.Response, *failure, bool), yield func(Event, error) bool) {
 	canceled := func(attempts int) *Error {
 		msg := "context canceled"
 		if err := ctx.Err(); err != nil {
@@ -246,7 +246,7 @@ func (p RetryPolicy) Run(ctx context.Context, name, callID string, log *slog.Log
 			}
 			delay = f.Wait
 		}
-		reason := ReasonOf(e)
+		reason := reasonOf(e)
 		log.Warn("model call failed; retrying", "provider", name, "call", callID, "attempt", n, "delay", delay, "reason", reason)
 		if !yield(Event{Type: EventRetry, Retry: &Retry{Attempt: n, Delay: delay, Reason: reason}}, nil) {
 			return
@@ -258,8 +258,8 @@ func (p RetryPolicy) Run(ctx context.Context, name, callID string, log *slog.Log
 	}
 }
 
-// ReasonOf is a short reason for a failed attempt, e.g. "529 overloaded".
-func ReasonOf(e *Error) string {
+// reasonOf is a short reason for a failed attempt, e.g. "529 overloaded".
+func reasonOf(e *Error) string {
 	if e.Status != 0 {
 		return fmt.Sprintf("%d %s", e.Status, e.Message)
 	}

@@ -50,9 +50,9 @@ func TestRetryAfterHeader(t *testing.T) {
 		{http.Header{"Retry-After": {"soon"}}, 0, false},
 		{http.Header{"Retry-After": {"-3"}}, 0, false},
 	} {
-		got, ok := RetryAfter(tc.h, now)
+		got, ok := retryAfter(tc.h, now)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("RetryAfter(%v) = %s, %v; want %s, %v", tc.h, got, ok, tc.want, tc.ok)
+			t.Errorf("retryAfter(%v) = %s, %v; want %s, %v", tc.h, got, ok, tc.want, tc.ok)
 		}
 	}
 }

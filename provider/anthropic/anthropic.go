@@ -3,16 +3,16 @@
 //
 // It uses github.com/anthropics/anthropic-sdk-go for what the SDK does
 // well: the request types and their JSON, the HTTP call (base URL,
-// x-api-key, anthropic-version and the other headers), and SSE framing.
-// It does not use the SDK's retries or its stream accumulation: vigil runs
-// its own retry loop, because it must announce each backoff as a
-// provider.EventRetry before sleeping and must retry (or report as
-// ErrTruncated) a stream cut before message_stop, which the SDK would
-// hand back as a complete answer; and it accumulates the stream itself so
-// that it can tell a dropped connection from a malformed frame and reject
-// tool input that is not valid JSON. The SDK is built without its
-// environment defaults: reading ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is
-// the caller's job.
+// x-api-key, anthropic-version and the other headers), and SSE framing. It
+// does not use the SDK's retries or its stream accumulation: vigil runs its
+// own retry loop (provider.HTTPAdapter, shared with provider/openai),
+// because it must announce each backoff as a provider.EventRetry before
+// sleeping and must retry (or report as ErrTruncated) a stream cut before
+// message_stop, which the SDK would hand back as a complete answer; and it
+// accumulates the stream itself so that it can tell a dropped connection
+// from a malformed frame and reject tool input that is not valid JSON. The
+// SDK is built without its environment defaults: reading ANTHROPIC_API_KEY
+// or ANTHROPIC_BASE_URL is the caller's job.
 //
 // Requests mark their stable prefix for prompt caching, as Claude Code
 // does: the last tool, the last system block, the last message and the
@@ -29,14 +29,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"iter"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
-	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -85,12 +81,9 @@ type Options struct {
 // Provider talks to the Anthropic Messages API. It is safe for concurrent
 // use.
 type Provider struct {
-	name      string
-	apiKey    string
+	http      provider.HTTPAdapter
 	model     string
 	maxTokens int
-	retry     provider.RetryPolicy
-	log       *slog.Logger
 	messages  sdk.MessageService
 }
 
@@ -99,28 +92,25 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider configured by opts.
 func New(opts Options) *Provider {
 	p := &Provider{
-		name:      cmp.Or(opts.Name, "anthropic"),
-		apiKey:    opts.APIKey,
+		http: provider.HTTPAdapter{
+			Name:            cmp.Or(opts.Name, "anthropic"),
+			APIKey:          opts.APIKey,
+			Retry:           opts.Retry.WithDefaults(),
+			Logger:          opts.Logger,
+			RequestIDHeader: "request-id",
+			ErrorBody:       errorBody,
+			StreamError:     streamError,
+		},
 		model:     cmp.Or(opts.Model, DefaultModel),
 		maxTokens: opts.MaxTokens,
-		retry:     opts.Retry.WithDefaults(),
-		log:       opts.Logger,
 	}
 	if p.maxTokens <= 0 {
 		p.maxTokens = DefaultMaxTokens
 	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = defaultHTTPClient()
-	}
-	hc = p.retry.StallClient(hc)
 	sdkOpts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
-		option.WithHTTPClient(hc),
+		option.WithHTTPClient(p.http.Client(opts.HTTPClient)),
 		option.WithMaxRetries(0),
 	}
 	if opts.APIKey != "" {
@@ -138,178 +128,58 @@ func New(opts Options) *Provider {
 	return p
 }
 
-func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = 10 * time.Minute
-	return &http.Client{Transport: t}
-}
-
 // Name implements provider.Provider.
-func (p *Provider) Name() string { return p.name }
+func (p *Provider) Name() string { return p.http.Name }
 
 // Stream implements provider.Provider. It yields EventText deltas and an
 // EventToolUse per completed tool_use block as they arrive, an EventRetry
 // before each backoff (the output yielded before it is void), and ends
 // with one EventDone or one *provider.Error.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
-	return func(yield func(provider.Event, error) bool) {
-		params, err := p.params(req)
-		if err != nil {
-			yield(provider.Event{}, p.newError(provider.ErrBadRequest, 0, err.Error(), false))
-			return
-		}
-		p.retry.Run(ctx, p.name, req.CallID, p.log, func(n int) (*chat.Response, *provider.Failure, bool) {
-			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", n)
-			return p.attempt(ctx, req, params, yield)
-		}, yield)
+	params, err := p.params(req)
+	if err != nil {
+		return p.http.Refuse(err)
 	}
+	send := func(ctx context.Context) (*http.Response, error) {
+		var res *http.Response
+		err := p.messages.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err()
+		return res, err
+	}
+	read := func(res *http.Response) (provider.Frames, provider.Accumulator) {
+		return frames{ssestream.NewDecoder(res)}, &accumulator{model: string(params.Model)}
+	}
+	return p.http.Stream(ctx, req, string(params.Model), send, read)
 }
 
-func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, retryable bool) *provider.Error {
-	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: provider.Redact(msg, p.apiKey), Retryable: retryable}
+// frames reads the SDK's SSE decoder as provider.Frames.
+type frames struct{ ssestream.Decoder }
+
+// Frame implements provider.Frames.
+func (f frames) Frame() provider.Frame { return provider.Frame(f.Event()) }
+
+// errorBody reads {"type":"error","error":{"type","message"}}.
+func errorBody(body []byte) (errType, msg string, ok bool) {
+	var eb struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &eb) != nil || eb.Error.Type == "" && eb.Error.Message == "" {
+		return "", "", false
+	}
+	return eb.Error.Type, provider.ErrorText(eb.Error.Type, eb.Error.Message), true
 }
 
-// attempt makes one request and reads its stream. It returns the response,
-// or the failure, or stopped when the consumer stopped the iteration.
-func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sdk.MessageNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
-	var res *http.Response
-	if err := p.messages.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err(); err != nil {
-		if f := p.stalled(err); f != nil {
-			if res != nil && res.Body != nil {
-				res.Body.Close()
-			}
-			return nil, f, false
-		}
-		if res != nil && res.StatusCode >= 400 {
-			return nil, p.httpFailure(res), false
-		}
-		if res != nil && res.Body != nil {
-			res.Body.Close()
-		}
-		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, err.Error(), provider.TransportRetryable(err))}, false
-	}
-	if res == nil || res.Body == nil {
-		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
-	}
-	defer res.Body.Close()
-	if isJSON(res) {
-		// Not a stream: an error in a 200, or a proxy that ignored
-		// "stream": true. Either way, no retry will change it.
-		body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		if f := p.stalled(err); f != nil {
-			return nil, f, false
-		}
-		if bytes.Contains(body, []byte(`"error"`)) {
-			se := errorEvent(body)
-			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
-		}
-		return nil, &provider.Failure{Err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+provider.Truncate(string(body), 200), false)}, false
-	}
-
-	dec := ssestream.NewDecoder(res)
-	acc := &accumulator{model: string(params.Model)}
-	for dec.Next() {
-		evs, err := acc.add(dec.Event())
-		if err != nil {
-			return nil, &provider.Failure{Err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
-		}
-		for _, ev := range evs {
-			if !yield(ev, nil) {
-				return nil, nil, true
-			}
-		}
-		if acc.stopped {
-			return acc.response(), nil, false
-		}
-	}
-	msg := "stream ended before message_stop"
-	if err := dec.Err(); err != nil {
-		if f := p.stalled(err); f != nil {
-			return nil, f, false
-		}
-		msg += ": " + err.Error()
-	}
-	return nil, &provider.Failure{Err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
-}
-
-// stalled returns the failure of an attempt whose response went quiet
-// (err holds a *provider.StallError), or nil.
-func (p *Provider) stalled(err error) *provider.Failure {
-	var se *provider.StallError
-	if !errors.As(err, &se) {
+// streamError classifies the error object of an SSE error event, or of a
+// JSON body sent in place of the stream; nil when data holds none.
+func streamError(data []byte) *provider.Error {
+	typ, msg, ok := errorBody(data)
+	if !ok {
 		return nil
 	}
-	return &provider.Failure{Err: p.newError(provider.ErrStalled, 0, se.Error(), true)}
-}
-
-func isJSON(res *http.Response) bool {
-	mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
-	return mt == "application/json"
-}
-
-// httpFailure reads an error response: {"type":"error","error":{"type",
-// "message"}}.
-func (p *Provider) httpFailure(res *http.Response) *provider.Failure {
-	defer res.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	var eb struct {
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	var msg, errType string
-	if json.Unmarshal(body, &eb) == nil && (eb.Error.Type != "" || eb.Error.Message != "") {
-		errType = eb.Error.Type
-		msg = joinNonEmpty(": ", eb.Error.Type, eb.Error.Message)
-	} else if s := provider.Truncate(string(body), 300); s != "" {
-		msg = s
-	} else {
-		msg = http.StatusText(res.StatusCode)
-	}
-	if id := res.Header.Get("request-id"); id != "" {
-		msg += " (request-id " + id + ")"
-	}
-	kind, retryable := provider.StatusKind(res.StatusCode, errType)
-	f := &provider.Failure{Err: p.newError(kind, res.StatusCode, msg, retryable)}
-	f.Wait, f.HasWait = provider.RetryAfter(res.Header, p.retry.Now())
-	return f
-}
-
-func joinNonEmpty(sep string, parts ...string) string {
-	var out []string
-	for _, s := range parts {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return strings.Join(out, sep)
-}
-
-// streamError is a failure found in the stream's content.
-type streamError struct {
-	kind      provider.ErrorKind
-	msg       string
-	retryable bool
-}
-
-func malformed(format string, args ...any) *streamError {
-	return &streamError{kind: provider.ErrMalformed, msg: fmt.Sprintf(format, args...)}
-}
-
-// errorEvent turns the data of an SSE error event into a stream error.
-func errorEvent(data []byte) *streamError {
-	var eb struct {
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(data, &eb); err != nil {
-		return malformed("error event: %v", err)
-	}
 	kind, retryable := provider.ErrServer, true
-	switch eb.Error.Type {
+	switch typ {
 	case "overloaded_error":
 		kind = provider.ErrOverloaded
 	case "rate_limit_error":
@@ -320,7 +190,7 @@ func errorEvent(data []byte) *streamError {
 	default:
 		kind, retryable = provider.ErrBadRequest, false
 	}
-	return &streamError{kind: kind, msg: joinNonEmpty(": ", eb.Error.Type, eb.Error.Message) + " (in stream)", retryable: retryable}
+	return &provider.Error{Kind: kind, Message: msg + " (in stream)", Retryable: retryable}
 }
 
 // accumulator builds a response from the events of one stream.
@@ -345,7 +215,8 @@ type block struct {
 	done  bool
 }
 
-func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
+// Add implements provider.Accumulator.
+func (a *accumulator) Add(ev provider.Frame) ([]provider.Event, *provider.Error) {
 	data := ev.Data
 	if ev.Type == "error" {
 		return nil, errorEvent(data)
@@ -355,11 +226,11 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	}
 	var e sdk.MessageStreamEventUnion
 	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, malformed("%s event: %v", cmp.Or(ev.Type, "unnamed"), err)
+		return nil, provider.Malformed("%s event: %v", cmp.Or(ev.Type, "unnamed"), err)
 	}
 	typ := cmp.Or(e.Type, ev.Type)
 	if typ != "message_start" && typ != "error" && typ != "ping" && !a.started {
-		return nil, malformed("%s before message_start", typ)
+		return nil, provider.Malformed("%s before message_start", typ)
 	}
 	switch typ {
 	case "ping":
@@ -380,7 +251,7 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 		}
 	case "content_block_start":
 		if _, dup := a.blocks[e.Index]; dup {
-			return nil, malformed("content_block_start: index %d started twice", e.Index)
+			return nil, provider.Malformed("content_block_start: index %d started twice", e.Index)
 		}
 		cb := e.ContentBlock
 		b := &block{typ: cb.Type, id: cb.ID, name: cb.Name}
@@ -400,25 +271,25 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	case "content_block_delta":
 		b, ok := a.blocks[e.Index]
 		if !ok || b.done {
-			return nil, malformed("content_block_delta for index %d, which is not open", e.Index)
+			return nil, provider.Malformed("content_block_delta for index %d, which is not open", e.Index)
 		}
 		switch e.Delta.Type {
 		case "text_delta":
 			if b.typ != "text" {
-				return nil, malformed("text_delta for a %s block", b.typ)
+				return nil, provider.Malformed("text_delta for a %s block", b.typ)
 			}
 			b.text.WriteString(e.Delta.Text)
 			return []provider.Event{{Type: provider.EventText, Text: e.Delta.Text}}, nil
 		case "input_json_delta":
 			if b.typ != "tool_use" {
-				return nil, malformed("input_json_delta for a %s block", b.typ)
+				return nil, provider.Malformed("input_json_delta for a %s block", b.typ)
 			}
 			b.input.WriteString(e.Delta.PartialJSON)
 		}
 	case "content_block_stop":
 		b, ok := a.blocks[e.Index]
 		if !ok || b.done {
-			return nil, malformed("content_block_stop for index %d, which is not open", e.Index)
+			return nil, provider.Malformed("content_block_stop for index %d, which is not open", e.Index)
 		}
 		return a.finish(b)
 	case "message_delta":
@@ -457,7 +328,7 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 }
 
 // finish closes a block; a tool_use block's input must be a JSON object.
-func (a *accumulator) finish(b *block) ([]provider.Event, *streamError) {
+func (a *accumulator) finish(b *block) ([]provider.Event, *provider.Error) {
 	b.done = true
 	if b.typ != "tool_use" {
 		return nil, nil
@@ -474,7 +345,7 @@ func (a *accumulator) finish(b *block) ([]provider.Event, *streamError) {
 		if err == nil {
 			err = errors.New("not an object")
 		}
-		return nil, malformed("tool_use %s (%s): input is not a JSON object: %v: %s", b.id, b.name, err, provider.Truncate(string(in), 200))
+		return nil, provider.Malformed("tool_use %s (%s): input is not a JSON object: %v: %s", b.id, b.name, err, provider.Truncate(string(in), 200))
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, in); err == nil {
@@ -483,6 +354,31 @@ func (a *accumulator) finish(b *block) ([]provider.Event, *streamError) {
 	b.final = in
 	blk := a.toolBlock(b)
 	return []provider.Event{{Type: provider.EventToolUse, Block: &blk}}, nil
+}
+
+// errorEvent is the failure an SSE error event reports. One whose error
+// has no type is taken as a retryable server error: the request was
+// accepted, so it was well-formed.
+func errorEvent(data []byte) *provider.Error {
+	if e := streamError(data); e != nil {
+		return e
+	}
+	msg := "error event: " + provider.Truncate(string(data), 200)
+	if !json.Valid(data) {
+		return provider.Malformed("%s", msg)
+	}
+	return &provider.Error{Kind: provider.ErrServer, Message: msg, Retryable: true}
+}
+
+// Done implements provider.Accumulator: message_stop arrived.
+func (a *accumulator) Done() bool { return a.stopped }
+
+// Finish implements provider.Accumulator.
+func (a *accumulator) Finish(cut error) ([]provider.Event, *chat.Response, *provider.Error) {
+	if !a.stopped {
+		return nil, nil, provider.Truncated("message_stop", cut)
+	}
+	return nil, a.response(), nil
 }
 
 func (a *accumulator) toolBlock(b *block) chat.Block {

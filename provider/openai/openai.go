@@ -5,7 +5,8 @@
 //
 // It uses github.com/openai/openai-go for the request types and their
 // JSON, the HTTP call, and SSE framing. It does not use the SDK's retries
-// or its stream iterator: vigil runs its own retry loop, because it must
+// or its stream iterator: vigil runs its own retry loop
+// (provider.HTTPAdapter, shared with provider/anthropic), because it must
 // announce each backoff as a provider.EventRetry before sleeping and must
 // retry (or report as ErrTruncated) a stream cut before its end, which the
 // SDK's iterator cannot tell from a complete one (it treats "data: [DONE]"
@@ -27,16 +28,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -88,13 +85,10 @@ type Options struct {
 // Provider talks to an OpenAI-compatible Chat Completions endpoint. It is
 // safe for concurrent use.
 type Provider struct {
-	name      string
-	apiKey    string
+	http      provider.HTTPAdapter
 	model     string
 	maxTokens int
 	mct       bool
-	retry     provider.RetryPolicy
-	log       *slog.Logger
 	chat      sdk.ChatCompletionService
 }
 
@@ -103,27 +97,22 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider configured by opts.
 func New(opts Options) *Provider {
 	p := &Provider{
-		name:      cmp.Or(opts.Name, "openai"),
-		apiKey:    opts.APIKey,
+		http: provider.HTTPAdapter{
+			Name:            cmp.Or(opts.Name, "openai"),
+			APIKey:          opts.APIKey,
+			Retry:           opts.Retry.WithDefaults(),
+			Logger:          opts.Logger,
+			RequestIDHeader: "x-request-id",
+			ErrorBody:       errorBody,
+			StreamError:     streamError,
+		},
 		model:     opts.Model,
 		maxTokens: opts.MaxTokens,
 		mct:       opts.MaxCompletionTokens,
-		retry:     opts.Retry.WithDefaults(),
-		log:       opts.Logger,
 	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.ResponseHeaderTimeout = 10 * time.Minute
-		hc = &http.Client{Transport: t}
-	}
-	hc = p.retry.StallClient(hc)
 	sdkOpts := []option.RequestOption{
 		option.WithBaseURL(cmp.Or(opts.BaseURL, DefaultBaseURL)),
-		option.WithHTTPClient(hc),
+		option.WithHTTPClient(p.http.Client(opts.HTTPClient)),
 		option.WithMaxRetries(0),
 	}
 	if opts.APIKey != "" {
@@ -139,116 +128,33 @@ func New(opts Options) *Provider {
 }
 
 // Name implements provider.Provider.
-func (p *Provider) Name() string { return p.name }
+func (p *Provider) Name() string { return p.http.Name }
 
 // Stream implements provider.Provider. It yields EventText deltas as they
 // arrive, an EventToolUse per tool call once the answer is complete, an
 // EventRetry before each backoff (the output yielded before it is void),
 // and ends with one EventDone or one *provider.Error.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
-	return func(yield func(provider.Event, error) bool) {
-		params, err := p.params(req)
-		if err != nil {
-			yield(provider.Event{}, p.newError(provider.ErrBadRequest, 0, err.Error(), false))
-			return
-		}
-		p.retry.Run(ctx, p.name, req.CallID, p.log, func(n int) (*chat.Response, *provider.Failure, bool) {
-			p.log.Debug("model call", "provider", p.name, "call", req.CallID, "model", params.Model, "attempt", n)
-			return p.attempt(ctx, req, params, yield)
-		}, yield)
+	params, err := p.params(req)
+	if err != nil {
+		return p.http.Refuse(err)
 	}
+	send := func(ctx context.Context) (*http.Response, error) {
+		var res *http.Response
+		err := p.chat.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err()
+		return res, err
+	}
+	read := func(res *http.Response) (provider.Frames, provider.Accumulator) {
+		return frames{ssestream.NewDecoder(res)}, &accumulator{model: params.Model, callID: req.CallID, calls: map[int64]*toolCall{}}
+	}
+	return p.http.Stream(ctx, req, params.Model, send, read)
 }
 
-func (p *Provider) newError(kind provider.ErrorKind, status int, msg string, retryable bool) *provider.Error {
-	return &provider.Error{Provider: p.name, Kind: kind, Status: status, Message: provider.Redact(msg, p.apiKey), Retryable: retryable}
-}
+// frames reads the SDK's SSE decoder as provider.Frames.
+type frames struct{ ssestream.Decoder }
 
-// attempt makes one request and reads its stream. It returns the response,
-// or the failure, or stopped when the consumer stopped the iteration.
-func (p *Provider) attempt(ctx context.Context, req *provider.Request, params sdk.ChatCompletionNewParams, yield func(provider.Event, error) bool) (resp *chat.Response, f *provider.Failure, stopped bool) {
-	var res *http.Response
-	if err := p.chat.NewStreaming(ctx, params, append(provider.IdentityHeaders(req, option.WithHeader), option.WithResponseInto(&res))...).Err(); err != nil {
-		if f := p.stalled(err); f != nil {
-			if res != nil && res.Body != nil {
-				res.Body.Close()
-			}
-			return nil, f, false
-		}
-		if res != nil && res.StatusCode >= 400 {
-			return nil, p.httpFailure(res), false
-		}
-		if res != nil && res.Body != nil {
-			res.Body.Close()
-		}
-		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, err.Error(), provider.TransportRetryable(err))}, false
-	}
-	if res == nil || res.Body == nil {
-		return nil, &provider.Failure{Err: p.newError(provider.ErrNetwork, 0, "no response", true)}, false
-	}
-	defer res.Body.Close()
-	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == "application/json" {
-		// Not a stream: an error in a 200, or a server that ignored
-		// "stream": true. Either way, no retry will change it.
-		body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		if f := p.stalled(err); f != nil {
-			return nil, f, false
-		}
-		if we, ok := parseErrorBody(body); ok {
-			se := inStreamError(we)
-			return nil, &provider.Failure{Err: p.newError(se.kind, 0, se.msg, se.retryable)}, false
-		}
-		return nil, &provider.Failure{Err: p.newError(provider.ErrMalformed, 0, "expected an event stream, got JSON: "+provider.Truncate(string(body), 200), false)}, false
-	}
-
-	dec := ssestream.NewDecoder(res)
-	acc := &accumulator{model: params.Model, callID: req.CallID, calls: map[int64]*toolCall{}}
-	for dec.Next() {
-		evs, err := acc.add(dec.Event())
-		if err != nil {
-			return nil, &provider.Failure{Err: p.newError(err.kind, 0, err.msg, err.retryable)}, false
-		}
-		for _, ev := range evs {
-			if !yield(ev, nil) {
-				return nil, nil, true
-			}
-		}
-		if acc.done {
-			break
-		}
-	}
-	if !acc.done {
-		if f := p.stalled(dec.Err()); f != nil {
-			return nil, f, false
-		}
-		if err := dec.Err(); err != nil || acc.finish == "" {
-			msg := "stream ended before [DONE] and before a finish_reason"
-			if err != nil {
-				msg += ": " + err.Error()
-			}
-			return nil, &provider.Failure{Err: p.newError(provider.ErrTruncated, 0, msg, true)}, false
-		}
-	}
-	evs, resp, serr := acc.response()
-	if serr != nil {
-		return nil, &provider.Failure{Err: p.newError(serr.kind, 0, serr.msg, serr.retryable)}, false
-	}
-	for _, ev := range evs {
-		if !yield(ev, nil) {
-			return nil, nil, true
-		}
-	}
-	return resp, nil, false
-}
-
-// stalled returns the failure of an attempt whose response went quiet
-// (err holds a *provider.StallError), or nil.
-func (p *Provider) stalled(err error) *provider.Failure {
-	var se *provider.StallError
-	if !errors.As(err, &se) {
-		return nil
-	}
-	return &provider.Failure{Err: p.newError(provider.ErrStalled, 0, se.Error(), true)}
-}
+// Frame implements provider.Frames.
+func (f frames) Frame() provider.Frame { return provider.Frame(f.Event()) }
 
 // wireError is the error object of an OpenAI-style error body. Compatible
 // servers vary: code may be a string or a number, and some send the error
@@ -275,9 +181,9 @@ func (e wireError) code() string {
 func (e wireError) text() string {
 	label := e.Type
 	if c := e.code(); c != "" && c != e.Type {
-		label = joinNonEmpty(" ", label, "("+c+")")
+		label = strings.TrimSpace(label + " (" + c + ")")
 	}
-	return joinNonEmpty(": ", label, e.Message)
+	return provider.ErrorText(label, e.Message)
 }
 
 // parseErrorBody reads {"error":{...}}, {"error":"..."} or {"message":...}.
@@ -303,52 +209,25 @@ func parseErrorBody(body []byte) (wireError, bool) {
 	return wireError{}, false
 }
 
-func (p *Provider) httpFailure(res *http.Response) *provider.Failure {
-	defer res.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	var msg, errType string
+// errorBody reads an error response's body for provider.HTTPAdapter.
+func errorBody(body []byte) (errType, msg string, ok bool) {
+	we, ok := parseErrorBody(body)
+	return we.Type, we.text(), ok
+}
+
+// streamError classifies a JSON error body sent in place of the stream;
+// nil when body holds none.
+func streamError(body []byte) *provider.Error {
 	if we, ok := parseErrorBody(body); ok {
-		errType = we.Type
-		msg = we.text()
-	} else if s := provider.Truncate(string(body), 300); s != "" {
-		msg = s
-	} else {
-		msg = http.StatusText(res.StatusCode)
+		return inStreamError(we)
 	}
-	if id := res.Header.Get("x-request-id"); id != "" {
-		msg += " (request-id " + id + ")"
-	}
-	kind, retryable := provider.StatusKind(res.StatusCode, errType)
-	f := &provider.Failure{Err: p.newError(kind, res.StatusCode, msg, retryable)}
-	f.Wait, f.HasWait = provider.RetryAfter(res.Header, p.retry.Now())
-	return f
-}
-
-func joinNonEmpty(sep string, parts ...string) string {
-	var out []string
-	for _, s := range parts {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return strings.Join(out, sep)
-}
-
-// streamError is a failure found in the stream's content.
-type streamError struct {
-	kind      provider.ErrorKind
-	msg       string
-	retryable bool
-}
-
-func malformed(format string, args ...any) *streamError {
-	return &streamError{kind: provider.ErrMalformed, msg: fmt.Sprintf(format, args...)}
+	return nil
 }
 
 // inStreamError classifies an error object sent in the middle of a stream.
 // An error the server could not classify is taken as a retryable server
 // error: the request was accepted, so it was well-formed.
-func inStreamError(we wireError) *streamError {
+func inStreamError(we wireError) *provider.Error {
 	label := strings.ToLower(we.Type + " " + we.code())
 	kind, retryable := provider.ErrServer, true
 	if n, err := strconv.Atoi(we.code()); err == nil && n >= 400 {
@@ -364,7 +243,7 @@ func inStreamError(we wireError) *streamError {
 	case strings.Contains(label, "authentication"), strings.Contains(label, "permission"):
 		kind, retryable = provider.ErrAuth, false
 	}
-	return &streamError{kind: kind, msg: we.text() + " (in stream)", retryable: retryable}
+	return &provider.Error{Kind: kind, Message: we.text() + " (in stream)", Retryable: retryable}
 }
 
 // accumulator builds a response from the chunks of one stream. Only the
@@ -377,7 +256,9 @@ type accumulator struct {
 	order  []int64
 	finish string
 	usage  chat.Usage
-	done   bool // data: [DONE] arrived
+	// usageSeen says a chunk with usage arrived.
+	usageSeen bool
+	done      bool // data: [DONE] arrived
 }
 
 type toolCall struct {
@@ -385,7 +266,8 @@ type toolCall struct {
 	args     strings.Builder
 }
 
-func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
+// Add implements provider.Accumulator.
+func (a *accumulator) Add(ev provider.Frame) ([]provider.Event, *provider.Error) {
 	data := strings.TrimSpace(string(ev.Data))
 	if data == "" {
 		return nil, nil
@@ -398,7 +280,7 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(data), &probe); err != nil {
-		return nil, malformed("chunk: %v", err)
+		return nil, provider.Malformed("chunk: %v", err)
 	}
 	if len(probe.Error) > 0 && string(probe.Error) != "null" {
 		we, ok := parseErrorBody([]byte(data))
@@ -412,12 +294,13 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	}
 	var c sdk.ChatCompletionChunk
 	if err := json.Unmarshal([]byte(data), &c); err != nil {
-		return nil, malformed("chunk: %v", err)
+		return nil, provider.Malformed("chunk: %v", err)
 	}
 	if c.Model != "" {
 		a.model = c.Model
 	}
 	if c.JSON.Usage.Valid() {
+		a.usageSeen = true
 		u := c.Usage
 		cached := u.PromptTokensDetails.CachedTokens
 		written := u.PromptTokensDetails.CacheWriteTokens
@@ -471,9 +354,31 @@ func (a *accumulator) add(ev ssestream.Event) ([]provider.Event, *streamError) {
 	return out, nil
 }
 
+// Done implements provider.Accumulator: data: [DONE] arrived.
+func (a *accumulator) Done() bool { return a.done }
+
+// Finish implements provider.Accumulator. A stream that ends cleanly
+// without [DONE] is taken as whole once both its finish_reason and its
+// usage chunk (which include_usage asks for, after the finish_reason)
+// arrived: some servers do not send [DONE]. Without the usage, it was cut
+// between the two.
+func (a *accumulator) Finish(cut error) ([]provider.Event, *chat.Response, *provider.Error) {
+	if !a.done && (cut != nil || a.finish == "" || !a.usageSeen) {
+		final := "[DONE]"
+		switch {
+		case a.finish == "":
+			final += " and before a finish_reason"
+		case !a.usageSeen:
+			final += " and before the usage chunk"
+		}
+		return nil, nil, provider.Truncated(final, cut)
+	}
+	return a.response()
+}
+
 // response validates the tool calls and builds the response, with an
 // EventToolUse for each call.
-func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError) {
+func (a *accumulator) response() ([]provider.Event, *chat.Response, *provider.Error) {
 	r := &chat.Response{Usage: a.usage, Model: a.model}
 	if a.text.Len() > 0 {
 		r.Content = append(r.Content, chat.Text(a.text.String()))
@@ -482,7 +387,7 @@ func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError
 	for i, key := range a.order {
 		call := a.calls[key]
 		if call.name == "" {
-			return nil, nil, malformed("tool call %d has no function name", i)
+			return nil, nil, provider.Malformed("tool call %d has no function name", i)
 		}
 		id := call.id
 		if id == "" {
@@ -498,7 +403,7 @@ func (a *accumulator) response() ([]provider.Event, *chat.Response, *streamError
 			if err != nil {
 				msg = err.Error()
 			}
-			return nil, nil, malformed("tool call %s (%s): arguments are not a JSON object: %s: %s", id, call.name, msg, provider.Truncate(in, 200))
+			return nil, nil, provider.Malformed("tool call %s (%s): arguments are not a JSON object: %s: %s", id, call.name, msg, provider.Truncate(in, 200))
 		}
 		compact, _ := json.Marshal(json.RawMessage(in))
 		b := chat.Block{Type: chat.BlockToolUse, ID: id, Name: call.name, Input: compact}

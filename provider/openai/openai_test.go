@@ -4,15 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,111 +17,45 @@ import (
 	"github.com/vigilrun/vigil/provider/providertest"
 )
 
+// TestConformance runs the suite every provider adapter passes: streaming,
+// tool calls, usage, retries, cut streams, 429 and 529 with retry-after,
+// client errors, stalls, cancellation and key redaction. The tests below
+// are what is particular to Chat Completions and the servers that speak
+// it.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Run(t, providertest.Harness{
+		Wire: providertest.WireOpenAI,
+		New: func(t *testing.T, c providertest.Config) provider.Provider {
+			return openai.New(openai.Options{BaseURL: c.BaseURL, HTTPClient: c.HTTPClient, APIKey: c.APIKey, Retry: c.Retry, Logger: c.Logger, Model: "test-model"})
+		},
+	})
+}
+
 const apiKey = "sk-proj-test-SECRET-0123456789"
 
-type sleeper struct {
-	mu     sync.Mutex
-	delays []time.Duration
-}
-
-func (s *sleeper) Sleep(ctx context.Context, d time.Duration) error {
-	s.mu.Lock()
-	s.delays = append(s.delays, d)
-	s.mu.Unlock()
-	return ctx.Err()
-}
-
-func (s *sleeper) Delays() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.delays...)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 type harness struct {
-	srv   *providertest.Server
-	p     *openai.Provider
-	sleep *sleeper
-	logs  *syncBuffer
+	srv *providertest.Server
+	p   *openai.Provider
 }
 
 func newHarness(t *testing.T, mod func(*openai.Options)) *harness {
 	t.Helper()
-	h := &harness{srv: providertest.NewOpenAI(t), sleep: &sleeper{}, logs: &syncBuffer{}}
+	h := &harness{srv: providertest.NewOpenAI(t)}
 	opts := openai.Options{
 		APIKey:  apiKey,
 		BaseURL: h.srv.BaseURL(),
 		Model:   "test-model",
 		Retry: provider.RetryPolicy{
 			MaxAttempts: 3,
-			Sleep:       h.sleep.Sleep,
-			Rand:        func() float64 { return 0.5 },
+			Sleep:       func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
 		},
-		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if mod != nil {
 		mod(&opts)
 	}
 	h.p = openai.New(opts)
 	return h
-}
-
-type result struct {
-	events []provider.Event
-	text   string
-	tools  []chat.Block
-	retry  []provider.Retry
-	resp   *chat.Response
-	err    error
-}
-
-func run(ctx context.Context, p provider.Provider, req *provider.Request) result {
-	var r result
-	done := false
-	for ev, err := range p.Stream(ctx, req) {
-		if done {
-			r.err = errors.New("stream went on after its end")
-			return r
-		}
-		if err != nil {
-			r.err = err
-			done = true
-			continue
-		}
-		r.events = append(r.events, ev)
-		switch ev.Type {
-		case provider.EventText:
-			r.text += ev.Text
-		case provider.EventToolUse:
-			r.tools = append(r.tools, *ev.Block)
-		case provider.EventRetry:
-			r.retry = append(r.retry, *ev.Retry)
-			r.text, r.tools = "", nil
-		case provider.EventDone:
-			r.resp = ev.Response
-			done = true
-		}
-	}
-	if !done {
-		r.err = errors.New("stream ended without EventDone or an error")
-	}
-	return r
 }
 
 func simpleRequest() *provider.Request {
@@ -136,87 +65,28 @@ func simpleRequest() *provider.Request {
 	}
 }
 
-func providerError(t *testing.T, err error) *provider.Error {
-	t.Helper()
-	var pe *provider.Error
-	if !errors.As(err, &pe) {
-		t.Fatalf("error = %v (%T), want *provider.Error", err, err)
-	}
-	return pe
-}
-
-func respText(r *chat.Response) string {
-	if r == nil {
-		return "<no response>"
-	}
-	return chat.Message{Content: r.Content}.PlainText()
-}
-
 var multiBlock = []chat.Block{
 	chat.Text("I'll look at two files — ünïcode too."),
 	providertest.ToolUse("call_1", "read", `{"path": "a.go", "lines": [1, 2, 3]}`),
 	providertest.ToolUse("call_2", "bash", `{"cmd": "ls -la \"dir\"", "env": {"X": "y"}}`),
 }
 
-func TestStreamTextAndTwoToolCalls(t *testing.T) {
+func TestStopWithToolCallsIsToolUse(t *testing.T) {
+	t.Parallel()
+	// Ollama says "stop" for an answer with tool calls.
 	h := newHarness(t, nil)
-	reply := providertest.Answer(multiBlock...)
-	reply.Usage = chat.Usage{InputTokens: 120, OutputTokens: 45, CacheReadTokens: 1000, CacheWriteTokens: 30}
-	reply.ChunkSize = 5
-	h.srv.Push(reply)
-
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.err != nil {
-		t.Fatal(r.err)
+	h.srv.Push(providertest.Reply{Blocks: multiBlock[1:2], StopReason: chat.StopEndTurn})
+	r := providertest.Drain(context.Background(), h.p, simpleRequest())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.text != multiBlock[0].Text {
-		t.Errorf("text deltas = %q", r.text)
-	}
-	if len(r.tools) != 2 || r.tools[0].ID != "call_1" || r.tools[1].ID != "call_2" || r.tools[1].Name != "bash" {
-		t.Fatalf("tool events = %+v", r.tools)
-	}
-	want := &chat.Response{
-		Content: []chat.Block{
-			chat.Text(multiBlock[0].Text),
-			{Type: chat.BlockToolUse, ID: "call_1", Name: "read", Input: json.RawMessage(`{"path":"a.go","lines":[1,2,3]}`)},
-			{Type: chat.BlockToolUse, ID: "call_2", Name: "bash", Input: json.RawMessage(`{"cmd":"ls -la \"dir\"","env":{"X":"y"}}`)},
-		},
-		StopReason: chat.StopToolUse,
-		Usage:      chat.Usage{InputTokens: 120, OutputTokens: 45, CacheReadTokens: 1000, CacheWriteTokens: 30},
-		Model:      "test-model",
-	}
-	if !reflect.DeepEqual(r.resp, want) {
-		t.Errorf("response\n got %+v\nwant %+v", r.resp, want)
-	}
-	if last := r.events[len(r.events)-1]; last.Type != provider.EventDone {
-		t.Errorf("last event = %s", last.Type)
-	}
-}
-
-func TestStopReasons(t *testing.T) {
-	for _, tc := range []struct {
-		reply providertest.Reply
-		want  chat.StopReason
-	}{
-		{providertest.TextAnswer("x"), chat.StopEndTurn},
-		{providertest.Reply{Blocks: []chat.Block{chat.Text("x")}, StopReason: chat.StopMaxTokens}, chat.StopMaxTokens},
-		{providertest.Reply{Blocks: []chat.Block{chat.Text("x")}, StopReason: chat.StopRefusal}, chat.StopRefusal},
-		// Ollama says "stop" for an answer with tool calls.
-		{providertest.Reply{Blocks: multiBlock[1:2], StopReason: chat.StopEndTurn}, chat.StopToolUse},
-	} {
-		h := newHarness(t, nil)
-		h.srv.Push(tc.reply)
-		r := run(context.Background(), h.p, simpleRequest())
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if r.resp.StopReason != tc.want {
-			t.Errorf("stop reason = %s, want %s", r.resp.StopReason, tc.want)
-		}
+	if r.Response.StopReason != chat.StopToolUse {
+		t.Errorf("stop reason = %s, want tool_use", r.Response.StopReason)
 	}
 }
 
 func TestRequestShape(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *openai.Options) {
 		o.Header = http.Header{"Http-Referer": {"https://vigil.run"}}
 	})
@@ -239,8 +109,8 @@ func TestRequestShape(t *testing.T) {
 			{Role: chat.RoleUser, Content: []chat.Block{chat.ToolResult("t2", "no such file", true)}},
 		},
 	}
-	if r := run(context.Background(), h.p, req); r.err != nil {
-		t.Fatal(r.err)
+	if r := providertest.Drain(context.Background(), h.p, req); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	got := h.srv.Request(1)
 	if got.Header.Get("Authorization") != "Bearer "+apiKey || got.Header.Get("Http-Referer") != "https://vigil.run" {
@@ -277,9 +147,10 @@ func TestRequestShape(t *testing.T) {
 }
 
 func TestMaxTokens(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *openai.Options) { o.MaxTokens = 500 })
 	h.srv.Push(providertest.TextAnswer("a"), providertest.TextAnswer("b"))
-	run(context.Background(), h.p, simpleRequest())
+	providertest.Drain(context.Background(), h.p, simpleRequest())
 	if b := h.srv.Request(1).JSON(); b["max_tokens"] != float64(500) {
 		t.Errorf("body = %v", b)
 	}
@@ -287,15 +158,16 @@ func TestMaxTokens(t *testing.T) {
 	h2.srv.Push(providertest.TextAnswer("a"))
 	req := simpleRequest()
 	req.MaxTokens = 77
-	run(context.Background(), h2.p, req)
+	providertest.Drain(context.Background(), h2.p, req)
 	if b := h2.srv.Request(1).JSON(); b["max_completion_tokens"] != float64(77) || b["max_tokens"] != nil {
 		t.Errorf("body = %v", b)
 	}
 }
 
 func TestNoModel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *openai.Options) { o.Model = "" })
-	pe := providerError(t, run(context.Background(), h.p, simpleRequest()).err)
+	pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), h.p, simpleRequest()).Err)
 	if pe.Kind != provider.ErrBadRequest || len(h.srv.Requests()) != 0 {
 		t.Errorf("error = %+v", pe)
 	}
@@ -317,145 +189,32 @@ func chunkCount(t *testing.T, blocks []chat.Block) int {
 	return strings.Count(b.String(), "\n\n")
 }
 
-func TestStreamCutIsRetried(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cut  func(t *testing.T) providertest.Reply
-	}{
-		{"clean close halfway", func(*testing.T) providertest.Reply {
-			return providertest.Reply{Blocks: multiBlock, Cut: true}
-		}},
-		{"dropped connection", func(*testing.T) providertest.Reply {
-			return providertest.Reply{Blocks: multiBlock, Abort: true}
-		}},
-		{"everything but the finish chunk", func(t *testing.T) providertest.Reply {
-			// finish chunk, usage chunk, [DONE] are the last three.
-			return providertest.Reply{Blocks: multiBlock, Cut: true, FaultAfter: chunkCount(t, multiBlock) - 3}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, nil)
-			h.srv.Push(tc.cut(t), providertest.Answer(chat.Text("complete answer")))
-			r := run(context.Background(), h.p, simpleRequest())
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if len(r.retry) != 1 || r.retry[0].Attempt != 1 || !strings.Contains(r.retry[0].Reason, "truncated") {
-				t.Fatalf("retries = %+v", r.retry)
-			}
-			if respText(r.resp) != "complete answer" || len(r.resp.Content) != 1 || r.text != "complete answer" {
-				t.Errorf("response = %+v, text %q", r.resp, r.text)
-			}
-			if got := h.sleep.Delays(); len(got) != 1 || got[0] != 500*time.Millisecond {
-				t.Errorf("slept %v", got)
-			}
-		})
-	}
-}
-
 func TestFinishWithoutDoneIsComplete(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	// Everything but [DONE]: the finish_reason says the answer is whole.
 	h.srv.Push(providertest.Reply{Blocks: multiBlock, Cut: true, FaultAfter: chunkCount(t, multiBlock) - 1})
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := providertest.Drain(context.Background(), h.p, simpleRequest())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if len(r.retry) != 0 || len(r.resp.Content) != 3 {
-		t.Errorf("response = %+v, retries %+v", r.resp, r.retry)
+	if len(r.Retries) != 0 || len(r.Response.Content) != 3 || r.Response.Usage.OutputTokens == 0 {
+		t.Errorf("response = %+v, retries %+v", r.Response, r.Retries)
 	}
-}
-
-func TestStreamCutRetriesExhausted(t *testing.T) {
-	h := newHarness(t, nil)
-	cut := providertest.Reply{Blocks: multiBlock, Cut: true}
-	h.srv.Push(cut, cut, cut)
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.resp != nil {
-		t.Fatalf("got a response from cut streams: %+v", r.resp)
+	// Everything but the usage chunk and [DONE]: cut between the two, so
+	// the usage the server was to send is lost. That is a truncation.
+	h.srv.Push(providertest.Reply{Blocks: multiBlock, Cut: true, FaultAfter: chunkCount(t, multiBlock) - 2}, providertest.TextAnswer("again"))
+	r = providertest.Drain(context.Background(), h.p, simpleRequest())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	pe := providerError(t, r.err)
-	if pe.Kind != provider.ErrTruncated || pe.Attempts != 3 || !pe.Retryable || pe.Provider != "openai" {
-		t.Errorf("error = %+v", pe)
-	}
-	if len(r.retry) != 2 {
-		t.Errorf("retries = %+v", r.retry)
-	}
-}
-
-func TestOverloadedThenSuccess(t *testing.T) {
-	h := newHarness(t, nil)
-	h.srv.Push(providertest.Overloaded("7"), providertest.TextAnswer("hello"))
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if len(r.retry) != 1 || r.retry[0].Delay != 7*time.Second || !strings.Contains(r.retry[0].Reason, "529") {
-		t.Fatalf("retries = %+v", r.retry)
-	}
-	if got := h.sleep.Delays(); !reflect.DeepEqual(got, []time.Duration{7 * time.Second}) {
-		t.Errorf("slept %v", got)
-	}
-	if respText(r.resp) != "hello" {
-		t.Errorf("response = %+v", r.resp)
-	}
-}
-
-func TestRateLimitedRetryAfter(t *testing.T) {
-	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		name   string
-		header http.Header
-		want   time.Duration
-	}{
-		{"seconds", http.Header{"Retry-After": {"3"}}, 3 * time.Second},
-		{"http date", http.Header{"Retry-After": {now.Add(90 * time.Second).Format(http.TimeFormat)}}, 90 * time.Second},
-		{"milliseconds win", http.Header{"Retry-After": {"3"}, "Retry-After-Ms": {"1500"}}, 1500 * time.Millisecond},
-		{"no header", nil, 500 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, func(o *openai.Options) { o.Retry.Now = func() time.Time { return now } })
-			limited := providertest.RateLimited("")
-			limited.Header = tc.header
-			h.srv.Push(limited, providertest.TextAnswer("ok"))
-			r := run(context.Background(), h.p, simpleRequest())
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if len(r.retry) != 1 || r.retry[0].Delay != tc.want || !strings.Contains(r.retry[0].Reason, "429") {
-				t.Errorf("retries = %+v, want one after %s", r.retry, tc.want)
-			}
-		})
-	}
-}
-
-func TestClientErrorsAreNotRetried(t *testing.T) {
-	for _, tc := range []struct {
-		reply providertest.Reply
-		kind  provider.ErrorKind
-		msg   string
-	}{
-		{providertest.Reply{Status: 400, Error: &providertest.APIError{Type: "invalid_request_error", Message: "maximum context length exceeded", Code: "context_length_exceeded"}},
-			provider.ErrBadRequest, "invalid_request_error (context_length_exceeded): maximum context length exceeded"},
-		{providertest.ErrorReply(401, "invalid_request_error", "Incorrect API key provided"), provider.ErrAuth, "invalid_request_error: Incorrect API key provided"},
-		{providertest.ErrorReply(404, "", "model not found"), provider.ErrBadRequest, "not_found_error: model not found"},
-	} {
-		t.Run(tc.msg, func(t *testing.T) {
-			h := newHarness(t, nil)
-			h.srv.Push(tc.reply, providertest.TextAnswer("must not be used"))
-			r := run(context.Background(), h.p, simpleRequest())
-			pe := providerError(t, r.err)
-			if pe.Kind != tc.kind || pe.Status != tc.reply.Status || pe.Attempts != 1 || pe.Retryable || pe.Message != tc.msg {
-				t.Errorf("error = %+v", pe)
-			}
-			if len(r.retry) != 0 || len(h.srv.Requests()) != 1 {
-				t.Errorf("retried: %+v", r.retry)
-			}
-		})
+	if len(r.Retries) != 1 || !strings.Contains(r.Retries[0].Reason, "before the usage chunk") || providertest.ResponseText(r.Response) != "again" {
+		t.Errorf("response = %q, retries %+v, want one retry after the truncation", providertest.ResponseText(r.Response), r.Retries)
 	}
 }
 
 func TestOllamaErrorBody(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(404)
@@ -463,26 +222,14 @@ func TestOllamaErrorBody(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	p := openai.New(openai.Options{BaseURL: srv.URL + "/v1", Model: "llama9"})
-	pe := providerError(t, run(context.Background(), p, simpleRequest()).err)
+	pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), p, simpleRequest()).Err)
 	if pe.Kind != provider.ErrBadRequest || pe.Status != 404 || pe.Message != `model "llama9" not found, try pulling it first` {
 		t.Errorf("error = %+v", pe)
 	}
 }
 
-func TestMalformedToolArguments(t *testing.T) {
-	h := newHarness(t, nil)
-	h.srv.Push(providertest.Answer(chat.Text("x"), providertest.ToolUse("c1", "read", `{"path": "a`)))
-	r := run(context.Background(), h.p, simpleRequest())
-	pe := providerError(t, r.err)
-	if pe.Kind != provider.ErrMalformed || pe.Retryable || pe.Attempts != 1 || !strings.Contains(pe.Message, "c1") {
-		t.Errorf("error = %+v", pe)
-	}
-	if len(r.tools) != 0 {
-		t.Errorf("malformed tool call was passed on: %+v", r.tools)
-	}
-}
-
 func TestMalformedFrames(t *testing.T) {
+	t.Parallel()
 	first := `{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}`
 	for name, events := range map[string][]providertest.Event{
 		"bad json":   {{Data: first}, {Data: `{"id":"x","choices":[`}},
@@ -492,7 +239,7 @@ func TestMalformedFrames(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, nil)
 			h.srv.Push(providertest.Reply{Events: events})
-			pe := providerError(t, run(context.Background(), h.p, simpleRequest()).err)
+			pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), h.p, simpleRequest()).Err)
 			if pe.Kind != provider.ErrMalformed || pe.Attempts != 1 {
 				t.Errorf("error = %+v", pe)
 			}
@@ -501,6 +248,7 @@ func TestMalformedFrames(t *testing.T) {
 }
 
 func TestToolCallsWithoutIndexOrID(t *testing.T) {
+	t.Parallel()
 	chunk := func(delta string, finish string) providertest.Event {
 		f := "null"
 		if finish != "" {
@@ -516,171 +264,17 @@ func TestToolCallsWithoutIndexOrID(t *testing.T) {
 		chunk(`{}`, "stop"),
 		{Data: "[DONE]"},
 	}})
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := providertest.Drain(context.Background(), h.p, simpleRequest())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	want := []chat.Block{
 		{Type: chat.BlockToolUse, ID: "a", Name: "read", Input: json.RawMessage(`{"p":1}`)},
 		{Type: chat.BlockToolUse, ID: "b", Name: "bash", Input: json.RawMessage(`{}`)},
 		{Type: chat.BlockToolUse, ID: "call_call-1_2", Name: "ls", Input: json.RawMessage(`{}`)},
 	}
-	if !reflect.DeepEqual(r.resp.Content, want) || r.resp.StopReason != chat.StopToolUse || r.resp.Model != "llama" {
-		t.Errorf("response = %+v", r.resp)
-	}
-}
-
-func TestSSEErrorMidStream(t *testing.T) {
-	t.Run("overloaded is retried", func(t *testing.T) {
-		h := newHarness(t, nil)
-		h.srv.Push(
-			providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "overloaded_error", Message: "Overloaded"}},
-			providertest.Answer(chat.Text("second try")),
-		)
-		r := run(context.Background(), h.p, simpleRequest())
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if len(r.retry) != 1 || !strings.Contains(r.retry[0].Reason, "overloaded_error: Overloaded") {
-			t.Errorf("retries = %+v", r.retry)
-		}
-		if respText(r.resp) != "second try" {
-			t.Errorf("response = %+v", r.resp)
-		}
-	})
-	t.Run("server error exhausted", func(t *testing.T) {
-		h := newHarness(t, nil)
-		bad := providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "server_error", Message: "Provider disconnected", Code: "502"}}
-		h.srv.Push(bad, bad, bad)
-		pe := providerError(t, run(context.Background(), h.p, simpleRequest()).err)
-		if pe.Kind != provider.ErrServer || pe.Attempts != 3 || !strings.Contains(pe.Message, "Provider disconnected") {
-			t.Errorf("error = %+v", pe)
-		}
-	})
-	t.Run("invalid request is not retried", func(t *testing.T) {
-		h := newHarness(t, nil)
-		h.srv.Push(providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "invalid_request_error", Message: "bad"}})
-		pe := providerError(t, run(context.Background(), h.p, simpleRequest()).err)
-		if pe.Kind != provider.ErrBadRequest || pe.Attempts != 1 || pe.Retryable {
-			t.Errorf("error = %+v", pe)
-		}
-	})
-}
-
-func TestSlowFirstByte(t *testing.T) {
-	h := newHarness(t, nil)
-	reply := providertest.TextAnswer("slow but fine")
-	reply.Delay = 150 * time.Millisecond
-	h.srv.Push(reply)
-	r := run(context.Background(), h.p, simpleRequest())
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if respText(r.resp) != "slow but fine" || len(r.retry) != 0 {
-		t.Errorf("response = %+v", r.resp)
-	}
-}
-
-func TestDeadlineCancelsCleanly(t *testing.T) {
-	h := newHarness(t, nil)
-	h.srv.Push(providertest.Reply{Blocks: multiBlock, Hold: make(chan struct{})})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	r := run(ctx, h.p, simpleRequest())
-	pe := providerError(t, r.err)
-	if pe.Kind != provider.ErrCanceled || pe.Retryable || pe.Attempts != 1 || !strings.Contains(pe.Message, "deadline") {
-		t.Errorf("error = %+v", pe)
-	}
-	if len(r.retry) != 0 || r.resp != nil {
-		t.Errorf("retries %+v, response %+v", r.retry, r.resp)
-	}
-}
-
-func TestCancelMidStream(t *testing.T) {
-	h := newHarness(t, nil)
-	h.srv.Push(providertest.Reply{Blocks: multiBlock, Stall: make(chan struct{})})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	for ev, e := range h.p.Stream(ctx, simpleRequest()) {
-		if e != nil {
-			err = e
-		} else if ev.Type == provider.EventText {
-			cancel()
-		} else {
-			t.Fatalf("unexpected event %+v", ev)
-		}
-	}
-	if pe := providerError(t, err); pe.Kind != provider.ErrCanceled || pe.Attempts != 1 {
-		t.Errorf("error = %+v", pe)
-	}
-}
-
-func TestConnectionRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	h := newHarness(t, func(o *openai.Options) { o.BaseURL = "http://" + addr + "/v1" })
-	r := run(context.Background(), h.p, simpleRequest())
-	pe := providerError(t, r.err)
-	if pe.Kind != provider.ErrNetwork || !pe.Retryable || pe.Attempts != 3 || !strings.Contains(pe.Message, "refused") {
-		t.Errorf("error = %+v", pe)
-	}
-	if len(r.retry) != 2 {
-		t.Errorf("retries = %+v", r.retry)
-	}
-}
-
-func TestConsumerStopsEarly(t *testing.T) {
-	h := newHarness(t, nil)
-	h.srv.Push(providertest.Answer(multiBlock...))
-	for ev, err := range h.p.Stream(context.Background(), simpleRequest()) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == provider.EventText {
-			break
-		}
-	}
-	h.srv.Push(providertest.Overloaded(""), providertest.TextAnswer("unused"))
-	for ev := range h.p.Stream(context.Background(), simpleRequest()) {
-		if ev.Type == provider.EventRetry {
-			break
-		}
-	}
-	if len(h.sleep.Delays()) != 0 || len(h.srv.Requests()) != 2 {
-		t.Errorf("slept %v; %d requests", h.sleep.Delays(), len(h.srv.Requests()))
-	}
-}
-
-func TestAPIKeyNeverLeaks(t *testing.T) {
-	h := newHarness(t, nil)
-	echo := "Incorrect API key provided: " + apiKey
-	h.srv.Push(
-		providertest.Reply{Status: 529, Error: &providertest.APIError{Type: "overloaded_error", Message: echo}},
-		providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "server_error", Message: echo}},
-		providertest.ErrorReply(401, "invalid_request_error", echo),
-	)
-	r := run(context.Background(), h.p, simpleRequest())
-	pe := providerError(t, r.err)
-	if pe.Kind != provider.ErrAuth || !strings.Contains(pe.Message, "[redacted]") {
-		t.Errorf("error = %+v", pe)
-	}
-	for _, s := range []string{r.err.Error(), h.logs.String()} {
-		if strings.Contains(s, apiKey) {
-			t.Errorf("API key leaked: %s", s)
-		}
-	}
-	for _, rt := range r.retry {
-		if strings.Contains(rt.Reason, apiKey) {
-			t.Errorf("API key leaked in retry reason: %s", rt.Reason)
-		}
-	}
-	if got := h.srv.Request(1).Header.Get("Authorization"); got != "Bearer "+apiKey {
-		t.Errorf("server got Authorization %q", got)
+	if !reflect.DeepEqual(r.Response.Content, want) || r.Response.StopReason != chat.StopToolUse || r.Response.Model != "llama" {
+		t.Errorf("response = %+v", r.Response)
 	}
 }
 
@@ -691,8 +285,8 @@ func TestNoEnvironmentNoKey(t *testing.T) {
 	srv := providertest.NewOpenAI(t)
 	srv.Push(providertest.TextAnswer("ok"))
 	p := openai.New(openai.Options{BaseURL: srv.BaseURL(), Model: "llama3"})
-	if r := run(context.Background(), p, simpleRequest()); r.err != nil {
-		t.Fatal(r.err)
+	if r := providertest.Drain(context.Background(), p, simpleRequest()); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	h := srv.Request(1).Header
 	if h.Get("Authorization") != "" || h.Get("OpenAI-Organization") != "" {
@@ -700,48 +294,29 @@ func TestNoEnvironmentNoKey(t *testing.T) {
 	}
 }
 
-func TestJSONInsteadOfStream(t *testing.T) {
-	for body, kind := range map[string]provider.ErrorKind{
-		`{"id":"c","object":"chat.completion","choices":[]}`:                           provider.ErrMalformed,
-		`{"error":{"message":"streaming unsupported","type":"invalid_request_error"}}`: provider.ErrBadRequest,
-	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write([]byte(body))
-		}))
-		p := openai.New(openai.Options{BaseURL: srv.URL, Model: "m", Retry: provider.RetryPolicy{Sleep: (&sleeper{}).Sleep}})
-		pe := providerError(t, run(context.Background(), p, simpleRequest()).err)
-		if pe.Kind != kind || pe.Attempts != 1 {
-			t.Errorf("%s: error = %+v", body, pe)
-		}
-		srv.Close()
+func TestErrorCodeInMessage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.srv.Push(providertest.Reply{Status: 400, Error: &providertest.APIError{Type: "invalid_request_error", Message: "maximum context length exceeded", Code: "context_length_exceeded"}})
+	pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), h.p, simpleRequest()).Err)
+	if want := "invalid_request_error (context_length_exceeded): maximum context length exceeded (request-id req_fake)"; pe.Message != want {
+		t.Errorf("message = %q, want %q", pe.Message, want)
 	}
 }
 
-func TestConcurrentStreams(t *testing.T) {
+func TestNumericCodeMidStream(t *testing.T) {
+	t.Parallel()
+	// OpenRouter reports an upstream failure mid-stream with an HTTP
+	// status as its code.
 	h := newHarness(t, nil)
-	h.srv.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
-		return providertest.Answer(chat.Text("echo "+r.LastUserText()), providertest.ToolUse("", "t", `{"q":1}`)), true
-	})
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for i := range 16 {
-		wg.Go(func() {
-			q := fmt.Sprintf("question %d", i)
-			req := &provider.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: []chat.Block{chat.Text(q)}}}}
-			resp, err := provider.Collect(h.p.Stream(context.Background(), req), nil)
-			if err != nil {
-				errs <- err
-				return
-			}
-			if got := respText(resp); got != "echo "+q || len(resp.Content) != 2 {
-				errs <- fmt.Errorf("answer %q to %q", got, q)
-			}
-		})
+	bad := providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "server_error", Message: "Provider disconnected", Code: "502"}}
+	h.srv.Push(bad, bad, bad)
+	pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), h.p, simpleRequest()).Err)
+	if pe.Kind != provider.ErrServer || pe.Attempts != 3 || !pe.Retryable || !strings.Contains(pe.Message, "Provider disconnected") {
+		t.Errorf("error = %+v", pe)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	h.srv.Push(providertest.Reply{Blocks: multiBlock, Error: &providertest.APIError{Type: "error", Message: "no such model", Code: "404"}})
+	if pe := providertest.ErrorOf(t, providertest.Drain(context.Background(), h.p, simpleRequest()).Err); pe.Kind != provider.ErrBadRequest || pe.Retryable {
+		t.Errorf("error = %+v, want a bad request, not retried", pe)
 	}
 }

@@ -1,6 +1,8 @@
-// Package providertest runs fake model servers on loopback for tests: an
-// Anthropic Messages API and an OpenAI-compatible Chat Completions API, both
-// speaking the real streaming wire formats (SSE). A test scripts what the
+// Package providertest holds the conformance suite of provider adapters,
+// Run, and the fake model servers it runs them against: an Anthropic
+// Messages API and an OpenAI-compatible Chat Completions API, both
+// speaking the real streaming wire formats (SSE), on loopback or in memory
+// (NewInMemory, for testing/synctest bubbles). A test scripts what the
 // fake answers to each request, and reads back what the fake received.
 //
 // A typical scenario test plays the model's side of a whole session:
@@ -33,8 +35,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +77,9 @@ type Server struct {
 	// cache holds the token counts of the prompt prefixes written to the
 	// simulated prompt cache, by prefix key (Anthropic only).
 	cache map[string]int64
+	// open holds the response bodies of an in-memory server that the
+	// client has not closed yet.
+	open map[*memBody]bool
 }
 
 type rule struct {
@@ -84,22 +91,45 @@ type rule struct {
 // POST .../v1/messages (any query, so ?beta=true too), streaming or not, and
 // POST .../v1/messages/count_tokens with a rough count. The server stops
 // when the test ends.
-func NewAnthropic(t testing.TB) *Server { return start(t, WireAnthropic) }
+func NewAnthropic(t testing.TB) *Server { return NewServer(t, WireAnthropic) }
 
 // NewOpenAI starts a fake OpenAI-compatible Chat Completions API. It answers
 // POST requests whose path ends in /chat/completions, streaming or not. The
 // server stops when the test ends.
-func NewOpenAI(t testing.TB) *Server { return start(t, WireOpenAI) }
+func NewOpenAI(t testing.TB) *Server { return NewServer(t, WireOpenAI) }
 
-func start(t testing.TB, wire Wire) *Server {
+// NewServer starts a fake server of wire on loopback. The server stops
+// when the test ends.
+func NewServer(t testing.TB, wire Wire) *Server {
 	t.Helper()
-	s := &Server{t: t, wire: wire, done: make(chan struct{}), cache: map[string]int64{}}
+	s := newServer(t, wire)
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
+	return s
+}
+
+// NewInMemory starts a fake server of wire that listens on no socket: it
+// answers only the requests sent with its Client, in memory, and so works
+// inside a testing/synctest bubble, where a Reply's Delay, Hold and Stall
+// pass in the bubble's time. Its URL is http://providertest.invalid. The
+// server stops when the test ends, and fails the test if a response body
+// was never closed.
+func NewInMemory(t testing.TB, wire Wire) *Server {
+	t.Helper()
+	s := newServer(t, wire)
+	s.URL = memURL
+	return s
+}
+
+func newServer(t testing.TB, wire Wire) *Server {
+	s := &Server{t: t, wire: wire, done: make(chan struct{}), cache: map[string]int64{}, open: map[*memBody]bool{}}
 	t.Cleanup(func() {
 		s.Close()
 		s.mu.Lock()
 		misses := s.misses
+		for b := range s.open {
+			misses = append(misses, "a response body of "+b.path+" was never closed")
+		}
 		s.mu.Unlock()
 		for _, m := range misses {
 			t.Errorf("providertest: %s", m)
@@ -128,9 +158,24 @@ func (s *Server) Close() {
 	}
 	s.closed = true
 	close(s.done)
+	open := slices.Collect(maps.Keys(s.open))
 	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	for _, b := range open {
+		b.breakBody()
+	}
+	if s.srv != nil {
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	}
+}
+
+// Client returns a client that reaches the server: over loopback, or in
+// memory for a server made with NewInMemory.
+func (s *Server) Client() *http.Client {
+	if s.srv != nil {
+		return s.srv.Client()
+	}
+	return &http.Client{Transport: memTransport{s}}
 }
 
 // On adds a rule: requests that m accepts get replies, one each, in order.
@@ -247,7 +292,10 @@ func All(ms ...Match) Match {
 // Request is one model request as the fake received it.
 type Request struct {
 	// N numbers the model requests a server receives, from 1.
-	N      int
+	N int
+	// At is when the server received the request: the bubble's time for
+	// a server inside a testing/synctest bubble.
+	At     time.Time
 	Method string
 	Path   string
 	Query  string
@@ -361,8 +409,16 @@ type Reply struct {
 	// Header holds extra response headers, e.g. retry-after.
 	Header http.Header
 	// Error is the error body of a Status answer. With a successful status
-	// it is sent as an SSE error event after FaultAfter events instead.
+	// it is sent as an SSE error event after FaultAfter events instead, or
+	// as the JSON body when JSON is set.
 	Error *APIError
+	// Body, with a Status answer, is sent as text/html in place of the
+	// error body: the error page of a proxy or a load balancer.
+	Body string
+	// JSON answers with a JSON body, as if the request had not asked for
+	// a stream: a server or proxy that ignores "stream": true. With Error,
+	// the body is the error object, with a successful status.
+	JSON bool
 
 	// Events replaces the generated SSE events, e.g. to send malformed
 	// frames. For OpenAI, an Event's Name is usually empty.
@@ -497,7 +553,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	req := &Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
+	req := &Request{At: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
 		Purpose: r.Header.Get("X-Vigil-Purpose")}
 	var perr error
 	if s.wire == WireAnthropic {
@@ -539,6 +595,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Add(k, v)
 		}
 	}
+	if reply.Status >= 400 && reply.Body != "" {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(reply.Status)
+		io.WriteString(w, reply.Body)
+		return
+	}
 	if reply.Status >= 400 {
 		e := reply.Error
 		if e == nil {
@@ -547,7 +609,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reply.Status, e)
 		return
 	}
-	if !req.Stream {
+	if reply.JSON && reply.Error != nil {
+		s.writeError(w, http.StatusOK, reply.Error)
+		return
+	}
+	if !req.Stream || reply.JSON {
 		if reply.Cut || reply.Abort {
 			panic(http.ErrAbortHandler)
 		}
@@ -559,15 +625,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	events := reply.Events
-	if events == nil {
-		if s.wire == WireAnthropic {
-			events = anthropicEvents(req, reply)
-		} else {
-			events = openAIEvents(req, reply)
-		}
+	s.stream(w, r, reply, s.events(req, reply))
+}
+
+// events are the SSE events that stream reply to req.
+func (s *Server) events(req *Request, reply Reply) []Event {
+	switch {
+	case reply.Events != nil:
+		return reply.Events
+	case s.wire == WireAnthropic:
+		return anthropicEvents(req, reply)
+	default:
+		return openAIEvents(req, reply)
 	}
-	s.stream(w, r, reply, events)
 }
 
 // overWindow is the API's error for a prompt of tokens over a window.
@@ -653,7 +723,7 @@ func (s *Server) wait(r *http.Request, reply Reply) bool {
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, events []Event) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("request-id", "req_fake")
+	w.Header().Set(s.requestIDHeader(), "req_fake")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 
@@ -698,6 +768,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, eve
 	}
 }
 
+// requestIDHeader is the response header that carries the request id:
+// request-id from Anthropic, x-request-id from OpenAI.
+func (s *Server) requestIDHeader() string {
+	if s.wire == WireOpenAI {
+		return "x-request-id"
+	}
+	return "request-id"
+}
+
 func writeEvent(w io.Writer, ev Event) {
 	var b bytes.Buffer
 	if ev.Name != "" {
@@ -716,7 +795,7 @@ func (s *Server) errorEvent(e *APIError) Event {
 
 func (s *Server) writeError(w http.ResponseWriter, status int, e *APIError) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("request-id", "req_fake")
+	w.Header().Set(s.requestIDHeader(), "req_fake")
 	w.WriteHeader(status)
 	if s.wire == WireAnthropic {
 		w.Write(anthropicErrorBody(e))

@@ -1,13 +1,17 @@
 package providertest_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/provider/providertest"
@@ -328,4 +332,60 @@ func TestPurposeIs(t *testing.T) {
 	if !strings.Contains(body, `"normal"`) || !strings.Contains(body2, `"summary"`) || srv.Request(2).Purpose != "compact" {
 		t.Errorf("answers %s / %s", body, body2)
 	}
+}
+
+func TestInMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{TB: t}
+		srv := providertest.NewInMemory(rec, providertest.WireAnthropic)
+		c := srv.Client()
+		do := func(ctx context.Context, stream bool) (*http.Response, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.BaseURL()+"/v1/messages", strings.NewReader(userBody("x", stream)))
+			return c.Do(req)
+		}
+		// A whole answer, after its Delay in the bubble's time.
+		srv.Push(providertest.Reply{Blocks: []chat.Block{chat.Text("hi")}, Delay: time.Minute})
+		start := time.Now()
+		res, err := do(context.Background(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || !strings.Contains(string(body), "message_stop") || time.Since(start) != time.Minute {
+			t.Errorf("answer after %s: %v %s", time.Since(start), err, body)
+		}
+		// A connection dropped mid-stream, and before the headers.
+		srv.Push(providertest.Reply{Blocks: []chat.Block{chat.Text("hi")}, Abort: true}, providertest.Reply{Abort: true})
+		res, err = do(context.Background(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(res.Body); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("read of a dropped stream: %v", err)
+		}
+		res.Body.Close()
+		if _, err := do(context.Background(), false); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("request dropped before its headers: %v", err)
+		}
+		// A deadline ends a request whose headers never come, and its
+		// handler: the bubble would not end otherwise.
+		srv.Push(providertest.Reply{Hold: make(chan struct{})})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := do(ctx, true); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("held request: %v", err)
+		}
+		// A body left open fails the test.
+		srv.Push(providertest.TextAnswer("never read"))
+		if _, err := do(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		for i := len(rec.cleanups) - 1; i >= 0; i-- {
+			rec.cleanups[i]()
+		}
+		if len(rec.errors) != 1 || !strings.Contains(rec.errors[0], "never closed") {
+			t.Errorf("errors %q, want one for the body left open", rec.errors)
+		}
+	})
 }

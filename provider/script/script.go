@@ -383,7 +383,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 					return
 				}
 			} else {
-				b := b
+				b.Input = append(json.RawMessage(nil), b.Input...) // the event's block is the caller's
 				if !yield(provider.Event{Type: provider.EventToolUse, Block: &b}, nil) {
 					return
 				}
