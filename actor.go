@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/store"
 )
 

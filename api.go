@@ -11,11 +11,11 @@ import (
 	"strings"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/internal/permission"
 	"github.com/vigilrun/vigil/internal/shell"
-	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/internal/transcript"
+	"github.com/vigilrun/vigil/store"
 )
 
 func decodeState(b []byte, s *core.State) error { return json.Unmarshal(b, s) }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 

@@ -13,9 +13,9 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/internal/tool"
+	"github.com/vigilrun/vigil/provider"
 )
 
 // startEffects starts a committed step's effects. Every outcome comes back

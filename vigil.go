@@ -28,8 +28,8 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -163,9 +163,6 @@ type Runtime struct {
 func Open(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Store == nil {
 		return nil, errors.New("vigil: Options.Store is required")
-	}
-	if opts.Core.Inject != core.BugNone {
-		return nil, errors.New("vigil: bug injection is for the simulator only")
 	}
 	if opts.Clock == nil {
 		opts.Clock = realClock{}

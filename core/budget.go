@@ -178,7 +178,7 @@ func (s *State) treeWall(a *Agent, now time.Time) time.Duration {
 // overBudget returns which budget a's next model round would exceed, in
 // words naming the budget and the usage, or "".
 func (st *stepper) overBudget(a *Agent) string {
-	if st.cfg.Inject == BugBudgetIgnored {
+	if st.seed(bugBudgetIgnored) {
 		return ""
 	}
 	if main := st.s.Agents[MainAgent]; main != nil {

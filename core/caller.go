@@ -3,9 +3,11 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // DriverCaller: the agent is an outside caller (an MCP client) that never
@@ -14,6 +16,23 @@ import (
 // items in a run of the caller. Nothing is lost across disconnects or
 // restarts: an item stays in the inbox until acknowledged.
 const DriverCaller Driver = "caller"
+
+// callerDriver is an outside caller (DriverCaller): vigil never starts its
+// runs; it reads its inbox and acknowledges what it read (CallerAck), in a
+// run that ends at once. Otherwise it is the loop's.
+type callerDriver struct{ loopDriver }
+
+// schedules: the caller takes its items with CallerAck.
+func (callerDriver) schedules(*Agent) bool { return false }
+
+// tell: a message waits in the inbox for the caller's next wait; it is
+// never a run of ours.
+func (callerDriver) tell(_ *stepper, _ *Agent, m *Msg, _ Priority) {
+	m.Outcome, m.Reason = OutcomeJoined, "queued for the caller's next wait"
+}
+
+// inFlight: a caller's run ends in the step that starts it.
+func (callerDriver) inFlight(*stepper, *Agent) []Effect { return nil }
 
 // SpawnAgent starts a background subagent owned by the main agent, as the
 // Agent tool with run_in_background would, for a caller outside the
@@ -55,15 +74,15 @@ func (st *stepper) spawnAgent(in SpawnAgent) {
 		st.fail(CodeConflict, "an agent named %q exists", in.Name)
 		return
 	}
-	id := AgentID("a" + itoa(st.s.Counters.Agent+1))
-	taskID := TaskID("t" + itoa(st.s.Counters.Task+1))
+	id := AgentID("a" + strconv.Itoa(st.s.Counters.Agent+1))
+	taskID := TaskID("t" + strconv.Itoa(st.s.Counters.Task+1))
 	name := in.Name
 	if name == "" {
 		name = string(id)
 	}
 	desc := in.Description
 	if desc == "" {
-		desc = firstLine(in.Prompt, 60)
+		desc = text.FirstLine(in.Prompt, 60)
 	}
 	model := in.Model
 	if model == "" {

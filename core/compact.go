@@ -2,10 +2,12 @@ package core
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // Context management. Each agent's context size is known: what the
@@ -163,7 +165,7 @@ func (st *stepper) beginCompaction(a *Agent, why string) bool {
 	if st.cfg.MaxConcurrentCalls > 0 && st.inFlight() >= st.cfg.MaxConcurrentCalls {
 		state = CallWaitingSlot
 	}
-	id := CallID("c" + itoa(st.s.Counters.Call+1))
+	id := CallID("c" + strconv.Itoa(st.s.Counters.Call+1))
 	st.emit(&ModelCallStarted{Agent: a.ID, Call: id, Round: a.Run.Round + 1, State: state, Purpose: PurposeCompact, Cut: cut, Reason: why})
 	if state == CallInFlight {
 		st.effect(st.callModel(a))
@@ -276,10 +278,10 @@ func (st *stepper) ledger(a *Agent) Ledger {
 			} else if ag.Blocked != nil {
 				state = "blocked: " + ag.Blocked.Reason
 			}
-			l.Tasks = append(l.Tasks, LedgerTask{Task: t.ID, Kind: TaskAgent, Agent: ag.ID, Name: ag.Name, State: state, Asked: firstLine(t.Prompt, 300)})
+			l.Tasks = append(l.Tasks, LedgerTask{Task: t.ID, Kind: TaskAgent, Agent: ag.ID, Name: ag.Name, State: state, Asked: text.FirstLine(t.Prompt, 300)})
 		}
 	}
-	if st.cfg.Inject == BugLedgerForgets && len(l.Tasks) > 0 {
+	if st.seed(bugLedgerForgets) && len(l.Tasks) > 0 {
 		l.Tasks = l.Tasks[:len(l.Tasks)-1] // the bug: the newest task is left out
 	}
 	for _, id := range sortedIDs(s.Msgs) {

@@ -129,7 +129,6 @@ func init() {
 		func() Body { return &GateReleased{} },
 		func() Body { return &Dropped{} },
 		func() Body { return &Recovered{} },
-		func() Body { return &NotifiedFlag{} },
 	} {
 		register(mk)
 	}
@@ -821,14 +820,3 @@ type Recovered struct {
 // Type implements Body: the name of the event.
 func (*Recovered) Type() string                  { return "recovered" }
 func (e *Recovered) apply(s *State, _ time.Time) { s.Incarnation = e.Incarnation }
-
-// NotifiedFlag sets or clears the boolean flag of the injected
-// notified-flag bug. The correct core never emits it.
-type NotifiedFlag struct {
-	Agent AgentID `json:"agent"`
-	Value bool    `json:"value"`
-}
-
-// Type implements Body: the name of the event.
-func (*NotifiedFlag) Type() string                  { return "bug.notified-flag" }
-func (e *NotifiedFlag) apply(s *State, _ time.Time) { s.Agents[e.Agent].Notified = e.Value }

@@ -2,10 +2,12 @@ package core
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // An agent with DriverExternal is run by a provider process (the Claude
@@ -294,7 +296,7 @@ func (e *RunHeard) apply(s *State, _ time.Time) {
 // deadline moves on. To keep the log small the deadline moves only once
 // half of the allowance is used.
 func (st *stepper) heard(a *Agent) {
-	if a == nil || a.Run == nil || a.Driver != DriverExternal || st.cfg.Inject == BugProviderForever {
+	if a == nil || a.Run == nil || a.Driver != DriverExternal || st.seed(bugProviderForever) {
 		return
 	}
 	silence := st.cfg.ProviderSilence
@@ -323,7 +325,7 @@ func (st *stepper) heardChain(m *Agent) {
 // cancelled (interrupt, then the cancel deadline).
 func (st *stepper) providerSilent(a *Agent) {
 	why := "the provider process reported nothing of this run for " + st.cfg.ProviderSilence.String()
-	st.drop("run "+a.Name+"#"+itoa(a.Run.Seq), "provider-silent", why+"; vigil ends it")
+	st.drop("run "+a.Name+"#"+strconv.Itoa(a.Run.Seq), "provider-silent", why+"; vigil ends it")
 	if a.Owner == "" {
 		st.emit(&RunCancelling{Agent: a.ID, Deadline: st.now.Add(cancelTimeout), Reason: why, Silent: true})
 		st.effect(Interrupt{Agent: a.ID})
@@ -409,7 +411,132 @@ func init() {
 	register(func() Body { return &RunRedelivered{} })
 }
 
-func (st *stepper) external(a *Agent) bool { return a != nil && a.Driver == DriverExternal }
+// externalDriver is a provider process that runs its own turns
+// (DriverExternal): the agent it runs (no owner) and the subagents of its
+// own that vigil mirrors (an owner). vigil hands the process a run's items
+// and records what it reports; the process ends the turn.
+type externalDriver struct{}
+
+// schedules: the process runs its mirrored subagents itself.
+func (externalDriver) schedules(a *Agent) bool { return a.Owner == "" }
+
+// begin hands the run's items to the process, unless a budget is spent.
+func (externalDriver) begin(st *stepper, a *Agent, items []*Item) {
+	if why := st.overBudget(a); why != "" {
+		st.budgetStop(a, why)
+		return
+	}
+	st.deliver(a, items)
+}
+
+// interrupt asks the process to end its turn now: the item goes to the
+// next one.
+func (externalDriver) interrupt(st *stepper, a *Agent) { st.effect(Interrupt{Agent: a.ID}) }
+
+// tell: the process takes items only between its turns; its mirrored
+// subagents are reached through it.
+func (externalDriver) tell(st *stepper, a *Agent, m *Msg, p Priority) {
+	switch r := a.Run; {
+	case a.Owner != "":
+		m.Outcome, m.Reason = OutcomeRejected, fmt.Sprintf("%s is a subagent inside a provider process; message %s instead", a.Name, st.s.Agents[MainAgent].Name)
+	case r != nil && p != PriorityLater:
+		m.Outcome, m.Run = OutcomeQueuedBehindStop, r.Seq
+		m.Reason = fmt.Sprintf("%s's provider process takes messages only between turns, and run %d is its turn in progress", a.Name, r.Seq)
+	default:
+		loopDriver{}.tell(st, a, m, p)
+	}
+}
+
+// cancel asks the process to end the turn (the run ends when it does, or
+// at the cancel deadline); a mirrored subagent is stopped by its process,
+// which reports its end.
+func (externalDriver) cancel(st *stepper, a *Agent, by, why string) error {
+	if a.Owner == "" {
+		st.cancelExternal(a, why)
+		return nil
+	}
+	return st.stopExternal(st.s.Tasks[a.Task], by)
+}
+
+// endTurn answers no to the requests the process asked in the turn.
+func (externalDriver) endTurn(st *stepper, a *Agent, why string) {
+	st.denyExternalOfRun(a, a.Run.Seq, "the turn ended ("+why+")")
+}
+
+// carriesUnseen: a run whose items the process never began reached no
+// provider session; they go back to the inbox.
+func (externalDriver) carriesUnseen() bool { return false }
+
+// close stops a mirrored subagent through its process; the agent's own
+// process ends, and its exit ends the mirrored tasks.
+func (externalDriver) close(st *stepper, a *Agent, reason string) {
+	if a.Owner != "" && a.Run != nil {
+		if t := st.s.Tasks[a.Task]; t != nil {
+			_ = st.stopExternal(t, "close of "+a.Name)
+		}
+	}
+	st.closeRun(a, reason)
+	if a.Owner == "" {
+		st.effect(StopProvider{Agent: a.ID})
+	}
+}
+
+// due ends a turn the process did not end when asked, and a run it went
+// silent in (DESIGN rules 6 and 7).
+func (externalDriver) due(st *stepper, a *Agent) {
+	if d := a.Run.Cancelling; !d.IsZero() && !d.After(st.now) {
+		if a.Owner == "" {
+			// A process that does not end its turn when asked is hung:
+			// it is ended, and the next delivery starts a new one.
+			st.effect(StopProvider{Agent: a.ID})
+		}
+		if a.Run.Silent {
+			// Not a person's cancel: a failure, retried and bounded.
+			st.endRunFailed(a, RunInterrupted, "", "the provider process went silent and did not end its turn when asked", FailTransient)
+			return
+		}
+		st.endRun(a, RunCancelled, "", "cancelled; the provider process did not end its turn when asked")
+		return
+	}
+	if d := a.Run.Expect; !d.IsZero() && !d.After(st.now) && a.Run.Cancelling.IsZero() {
+		if st.awaitsPerson(a) {
+			// The process waits for a person's answer, which has a
+			// deadline of its own: not silence.
+			st.heard(a)
+			return
+		}
+		st.providerSilent(a)
+	}
+}
+
+// orphaned: the process ended with the previous vigil process.
+func (externalDriver) orphaned(st *stepper, a *Agent) {
+	if a.Owner == "" {
+		st.providerExited(a, "vigil restarted; the process ended with the previous vigil process")
+	}
+}
+
+// reissue: the next delivery starts a new process; inFlight: vigil waits
+// for no effect of its own in a provider's turn.
+func (externalDriver) reissue(*stepper, *Agent)           {}
+func (externalDriver) inFlight(*stepper, *Agent) []Effect { return nil }
+
+// isMirror reports whether a is a subagent inside a provider process.
+func isMirror(a *Agent) bool { return a.Driver == DriverExternal && a.Owner != "" }
+
+// providerExit steps the exit of a provider process.
+func (st *stepper) providerExit(in ProviderExited) {
+	// A closed agent's process exits too: its mirrored tasks still end.
+	a := st.s.Agents[in.Agent]
+	switch {
+	case a == nil || a.Driver != DriverExternal || a.Owner != "":
+		st.drop("provider exit of "+string(in.Agent), "not-external", in.Reason)
+	case in.PID != 0 && a.PID != 0 && in.PID != a.PID:
+		st.drop("exit of provider process "+strconv.Itoa(in.PID), "stale-provider-exit", "a newer process runs the agent")
+	default:
+		st.providerExited(a, in.Reason)
+	}
+}
 
 // deliver starts an external agent's run: its items go to the process.
 func (st *stepper) deliver(a *Agent, items []*Item) {
@@ -476,7 +603,7 @@ func (st *stepper) externalTurnStarted(in ExternalTurnStarted) {
 		st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: RunProviderWake})
 		if why := st.overBudget(a); why != "" {
 			// Over a budget: the turn is asked to end at once.
-			st.drop("turn "+a.Name+"#"+itoa(a.Run.Seq), "budget-exceeded", why)
+			st.drop("turn "+a.Name+"#"+strconv.Itoa(a.Run.Seq), "budget-exceeded", why)
 			st.emit(&RunCancelling{Agent: a.ID, Deadline: st.now.Add(cancelTimeout), Reason: "budget exceeded: " + why})
 			st.effect(Interrupt{Agent: a.ID})
 		}
@@ -592,11 +719,11 @@ func (st *stepper) mirrorAgent(a *Agent, in ExternalTask) *Agent {
 			owner = o
 		}
 	}
-	id := AgentID("a" + itoa(st.s.Counters.Agent+1))
-	taskID := TaskID("t" + itoa(st.s.Counters.Task+1))
+	id := AgentID("a" + strconv.Itoa(st.s.Counters.Agent+1))
+	taskID := TaskID("t" + strconv.Itoa(st.s.Counters.Task+1))
 	desc := in.Description
 	if desc == "" {
-		desc = firstLine(in.Prompt, 60)
+		desc = text.FirstLine(in.Prompt, 60)
 	}
 	name := "cc-" + in.ID
 	st.emit(&AgentCreated{Agent: Agent{
@@ -643,7 +770,7 @@ func (st *stepper) externalTask(in ExternalTask) {
 					owner = o
 				}
 			}
-			id := TaskID("t" + itoa(st.s.Counters.Task+1))
+			id := TaskID("t" + strconv.Itoa(st.s.Counters.Task+1))
 			desc := in.Description
 			st.emit(&TaskStarted{Task: Task{
 				ID: id, Kind: TaskShell, Owner: owner.ID, Description: desc, Command: desc, Background: true,
@@ -750,7 +877,7 @@ func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary strin
 	if d == DeliverProvider {
 		o := st.s.Agents[n.Owner]
 		inTurn := o.Run != nil && (o.Owner != "" || o.Run.Acked)
-		if !inTurn && st.cfg.Inject != BugProviderForever {
+		if !inTurn && !st.seed(bugProviderForever) {
 			n.DeliverBy = st.now.Add(st.cfg.ProviderSilence)
 		}
 		st.emit(&NotificationWritten{Note: n})

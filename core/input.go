@@ -167,13 +167,6 @@ type Recover struct {
 	Incarnation int64
 }
 
-// FinalizeRun is used only by the injected notified-flag bug: the deferred
-// second half of a run's end.
-type FinalizeRun struct {
-	Agent AgentID
-	Seq   int
-}
-
 func (CreateSession) inputName() string    { return "create-session" }
 func (UserPrompt) inputName() string       { return "user-prompt" }
 func (UserMessage) inputName() string      { return "user-message" }
@@ -196,7 +189,6 @@ func (CloseAgent) inputName() string       { return "close-agent" }
 func (CloseSession) inputName() string     { return "close-session" }
 func (ProviderWake) inputName() string     { return "provider-wake" }
 func (Recover) inputName() string          { return "recover" }
-func (FinalizeRun) inputName() string      { return "finalize-run" }
 
 // InputName returns a short name for an input kind, for logs and traces.
 func InputName(in Input) string { return in.inputName() }
@@ -262,20 +254,12 @@ type StopShell struct {
 	Task TaskID
 }
 
-// Finalize is used only by the injected notified-flag bug: it asks for a
-// FinalizeRun input later.
-type Finalize struct {
-	Agent AgentID
-	Seq   int
-}
-
 func (CallModel) effectName() string  { return "call-model" }
 func (CancelCall) effectName() string { return "cancel-call" }
 func (ExecTool) effectName() string   { return "exec-tool" }
 func (CancelTool) effectName() string { return "cancel-tool" }
 func (StartShell) effectName() string { return "start-shell" }
 func (StopShell) effectName() string  { return "stop-shell" }
-func (Finalize) effectName() string   { return "finalize" }
 
 // AnswerPermission asks the runtime to answer a provider process's
 // permission request (Claude Code's can_use_tool).

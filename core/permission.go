@@ -2,9 +2,100 @@ package core
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/vigilrun/vigil/internal/permission"
 )
+
+// Approvals. A tool call the session's permissions leave to a person
+// (toolGuarded) waits for an approval, and so does a provider process's
+// request (below); a person answers it, once or "allow always".
+
+func (st *stepper) answerApproval(in AnswerApproval) {
+	p := st.s.Approvals[in.Approval]
+	if p == nil {
+		st.fail(CodeNotFound, "no pending permission request %q", in.Approval)
+		return
+	}
+	if !in.Always || !in.Allow {
+		st.resolveApproval(p, in.Allow, in.By, in.Reason)
+		return
+	}
+	rule, err := permission.RuleFor(p.Tool, p.Input)
+	if err != nil {
+		st.fail(CodeInvalid, "cannot allow %s always: %v; allow it once", p.Tool, err)
+		return
+	}
+	by := in.By
+	if by == "" {
+		by = "user"
+	}
+	st.emit(&PermissionRuleAdded{Rule: rule, By: by, Approval: p.ID})
+	st.resolveApproval(p, true, in.By, in.Reason)
+	// The rule answers every other request it allows, at once.
+	perms := st.s.Session.Permissions
+	for _, id := range sortedApprovals(st.s) {
+		q := st.s.Approvals[id]
+		if dec, _ := permission.DecideIn(st.s.Session.Roots(), string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec == permission.Allow {
+			st.resolveApproval(q, true, by, "allowed by the rule "+rule)
+		}
+	}
+}
+
+// PermissionRuleAdded adds an allow rule to the session's permissions: a
+// person answered a request "allow always".
+type PermissionRuleAdded struct {
+	Rule     string     `json:"rule"`
+	By       string     `json:"by,omitempty"`
+	Approval ApprovalID `json:"approval,omitempty"`
+}
+
+// Type implements Body: the name of the event.
+func (*PermissionRuleAdded) Type() string { return "permission.rule_added" }
+
+func (e *PermissionRuleAdded) apply(s *State, _ time.Time) {
+	if !slices.Contains(s.Session.Permissions.Allow, e.Rule) {
+		s.Session.Permissions.Allow = append(slices.Clone(s.Session.Permissions.Allow), e.Rule)
+	}
+}
+
+func (st *stepper) resolveApproval(p *Approval, allow bool, by, reason string) {
+	a := st.s.Agents[p.Agent]
+	st.emit(&ApprovalResolved{Approval: p.ID, Allow: allow, By: by, Reason: reason})
+	if p.External != "" {
+		msg := reason
+		if !allow {
+			msg = "permission denied"
+			if by != "" {
+				msg += " by " + by
+			}
+			if reason != "" {
+				msg += ": " + reason
+			}
+		}
+		st.effect(AnswerPermission{Agent: a.ID, Request: p.External, Allow: allow, Reason: msg})
+		return
+	}
+	tc := a.Run.tool(p.UseID)
+	if tc == nil || tc.Done {
+		return
+	}
+	if allow {
+		st.runTool(a, tc)
+	} else {
+		msg := "permission denied"
+		if by != "" {
+			msg += " by " + by
+		}
+		if reason != "" {
+			msg += ": " + reason
+		}
+		st.finishTool(a, tc.UseID, "Error: "+msg, true)
+	}
+	st.maybeNextRound(a)
+}
 
 // A provider process that runs its own tools (Claude Code) asks its host
 // before a call its own rules do not allow. vigil answers from the
@@ -29,7 +120,8 @@ type ExternalPermissionWithdrawn struct {
 	Request string
 }
 
-func (ExternalPermission) inputName() string          { return "external-permission" }
+func (ExternalPermission) inputName() string { return "external-permission" }
+
 func (ExternalPermissionWithdrawn) inputName() string { return "external-permission-withdrawn" }
 
 func (st *stepper) externalPermission(in ExternalPermission) {
@@ -51,7 +143,7 @@ func (st *stepper) externalPermission(in ExternalPermission) {
 		if a.Run != nil {
 			run = a.Run.Seq
 		}
-		id := ApprovalID("p" + itoa(st.s.Counters.Approval+1))
+		id := ApprovalID("p" + strconv.Itoa(st.s.Counters.Approval+1))
 		st.emit(&ApprovalRequested{Approval: Approval{
 			ID: id, Agent: a.ID, Run: run, UseID: in.UseID, Tool: in.Tool, Input: in.Input,
 			Reason: reason, Deadline: st.now.Add(st.cfg.ApprovalTTL), External: in.Request,

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // renderItems turns inbox items into the user content the model reads.
@@ -209,7 +210,7 @@ func (st *stepper) renderAgents() string {
 		a := st.s.Agents[id]
 		r := row{ID: a.ID, Name: a.Name, State: string(a.State), Owner: a.Owner, Task: a.Task, Runs: len(a.Runs), Inbox: len(a.Inbox)}
 		if n := len(a.Runs); n > 0 {
-			r.LastText = firstLine(a.Runs[n-1].Reply, 120)
+			r.LastText = text.FirstLine(a.Runs[n-1].Reply, 120)
 		}
 		rows = append(rows, r)
 	}
@@ -222,17 +223,6 @@ func jsonText(v any) string {
 		return fmt.Sprintf("%v", v)
 	}
 	return string(b)
-}
-
-func firstLine(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > n {
-		s = s[:n-3] + "..."
-	}
-	return s
 }
 
 func sortedTimers(s *State) []TimerID {

@@ -272,7 +272,7 @@ func (st *stepper) seen(a *Agent) {
 // returns how many items went back to the inbox.
 func (st *stepper) giveBack(a *Agent, status RunStatus) int {
 	r := a.Run
-	if r == nil || st.cfg.Inject == BugConsumedByFailedRun {
+	if r == nil || st.seed(bugConsumedByFailedRun) {
 		return 0
 	}
 	// What an earlier cancelled run carried, this run did not see either:
@@ -286,7 +286,7 @@ func (st *stepper) giveBack(a *Agent, status RunStatus) int {
 	if len(r.Unseen) == 0 {
 		return 0
 	}
-	back := status == RunFailed || status == RunInterrupted || status == RunBudgetExceeded || st.external(a)
+	back := status == RunFailed || status == RunInterrupted || status == RunBudgetExceeded || !st.driver(a).carriesUnseen()
 	ev := &ItemsReturned{Agent: a.ID, Seq: r.Seq, Cut: r.UnseenAt}
 	unseen, seq := slices.Clone(r.Unseen), r.Seq
 	var dropped []Item

@@ -198,15 +198,3 @@ func TestMessagesToABlockedAgent(t *testing.T) {
 		t.Fatalf("a user message did not release w1: %+v", w1.Blocked)
 	}
 }
-
-// The injected bug consumes items a failed run took: the check that every
-// notification reaches an accepted round catches it (see the simulator);
-// here, the core without the bug keeps it.
-func TestConsumedByFailedRunBug(t *testing.T) {
-	h := newHarness(t, Config{Inject: BugConsumedByFailedRun})
-	key := backgroundNote(h)
-	h.fail("main", "boom", FailTransient)
-	if n := h.s.Note(key); n.DeliveredRun == 0 || len(h.s.Agents[MainAgent].Inbox) != 0 {
-		t.Fatalf("the bug did not consume the notification: %+v", n)
-	}
-}

@@ -239,8 +239,11 @@ type Agent struct {
 	// Carried are items a cancelled run took whose text is in the
 	// transcript but that no model has seen yet: the next accepted model
 	// round delivers them.
-	Carried []Item     `json:"carried,omitempty"`
-	Usage   chat.Usage `json:"usage"`
+	Carried []Item `json:"carried,omitempty"`
+	// seed is a seed bug's state of the agent, in a seedbugs build only
+	// (seed.go); never in a snapshot.
+	seed  seedAgent
+	Usage chat.Usage `json:"usage"`
 	// Context is what the agent's context took at its last model round;
 	// Compacted is its latest compaction (what is sent starts there).
 	Context   ContextSize `json:"context,omitzero"`
@@ -257,9 +260,6 @@ type Agent struct {
 	StartTicks      uint64 `json:"start_ticks,omitempty"`
 	// Cgroup holds every process of the provider, when vigil has cgroups.
 	Cgroup string `json:"cgroup,omitempty"`
-	// Notified is the boolean flag of the 000 report. Only the injected
-	// notified-flag bug reads or writes it.
-	Notified bool `json:"notified,omitempty"`
 }
 
 // RunKind says what started a run: the kind of its first item, or
@@ -307,12 +307,9 @@ type Run struct {
 	// Expect is the deadline by which the provider process running this
 	// run must report more of it (a frame of its turn, or its end); it
 	// moves on with every report. Zero for runs vigil runs itself.
-	Expect time.Time `json:"expect,omitzero"`
-	// Finalizing is set only by the injected notified-flag bug: the run's
-	// reply is in but its stop notification has not been written yet.
-	Finalizing bool       `json:"finalizing,omitempty"`
-	Usage      chat.Usage `json:"usage"`
-	Calls      int        `json:"calls"`
+	Expect time.Time  `json:"expect,omitzero"`
+	Usage  chat.Usage `json:"usage"`
+	Calls  int        `json:"calls"`
 	// Cost is in micro-USD over the rounds whose model has a price;
 	// Unpriced counts the rounds whose model has none.
 	Cost     int64  `json:"cost_micros,omitempty"`
@@ -462,7 +459,7 @@ func (k NoteKey) String() string {
 	if k.Run == 0 {
 		return string(k.Task) + "#exit"
 	}
-	return string(k.Task) + "#" + itoa(k.Run)
+	return string(k.Task) + "#" + strconv.Itoa(k.Run)
 }
 
 // MarshalText encodes the key as its String form.
@@ -702,26 +699,4 @@ func (s *State) Quiescent() bool {
 		}
 	}
 	return len(s.Timers) == 0
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }

@@ -3,7 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"errors"
-	"github.com/vigilrun/vigil/core"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigilrun/vigil/core"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/internal/mcptest"
+	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/server"

@@ -17,8 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/internal/mcptest"
+	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/store/sqlite"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/internal/config"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/config"
 	"github.com/vigilrun/vigil/store"
 )
 

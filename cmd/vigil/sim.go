@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sim"
 )
 
@@ -22,7 +21,7 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	seed := fs.Int64("seed", 0, "run only this seed, with its trace")
 	first := fs.Int64("from", 1, "the first seed")
 	inject := fs.String("inject", "", "put a seed bug back into the core: "+bugNames())
-	listBugs := fs.Bool("list-bugs", false, "print the names of the seed bugs --inject takes, one a line")
+	listBugs := fs.Bool("list-bugs", false, "print the names of the seed bugs --inject takes, one a line"+seedBugsOnly())
 	expect := fs.Bool("expect-violation", false, "succeed only if a violation is found (for --inject)")
 	noCrash := fs.Bool("no-crash", false, "disable crash-and-recover")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "seeds run in parallel")
@@ -34,8 +33,11 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
+	if (*listBugs || *inject != "") && len(sim.Bugs()) == 0 {
+		return &exitError{code: 2, err: errNoSeedBugs}
+	}
 	if *listBugs {
-		for _, b := range core.Bugs {
+		for _, b := range sim.Bugs() {
 			fmt.Fprintln(e.stdout, b)
 		}
 		return nil
@@ -48,15 +50,9 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	if *regressions != "" && (set["seed"] || set["seeds"] || set["from"]) {
 		return &exitError{code: 2, err: fmt.Errorf("--regressions runs the seeds of its file: no --seed, --seeds or --from with it")}
 	}
-	bug := core.Bug(*inject)
-	if bug != core.BugNone {
-		known := false
-		for _, b := range core.Bugs {
-			known = known || b == bug
-		}
-		if !known {
-			return &exitError{code: 2, err: fmt.Errorf("unknown bug %q (want %s)", *inject, bugNames())}
-		}
+	bug := *inject
+	if bug != "" && !slices.Contains(sim.Bugs(), bug) {
+		return &exitError{code: 2, err: fmt.Errorf("unknown bug %q (want %s)", bug, bugNames())}
 	}
 	from, n := *first, int64(*seeds)
 	if set["seed"] {
@@ -137,8 +133,8 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 130, err: ctx.Err()}
 	}
 	label := "correct core"
-	if bug != core.BugNone {
-		label = "core with injected bug " + string(bug)
+	if bug != "" {
+		label = "core with injected bug " + bug
 	}
 	which := fmt.Sprintf("%d seeds from %d", n, from)
 	if list != nil {
@@ -152,8 +148,8 @@ func cmdSim(ctx context.Context, e *env, args []string) error {
 	}
 	if firstBad != nil && firstBad.First != nil {
 		flags := ""
-		if bug != core.BugNone {
-			flags += " --inject " + string(bug)
+		if bug != "" {
+			flags += " --inject " + bug
 		}
 		if *noCrash {
 			flags += " --no-crash"
@@ -212,11 +208,24 @@ func printTrace(e *env, which string, r sim.Result) {
 	}
 }
 
+// errNoSeedBugs answers --inject and --list-bugs in a binary built
+// without seed bugs.
+var errNoSeedBugs = fmt.Errorf("this vigil binary has no seed bugs: build one with\n"+
+	"  go build -tags %s -o /tmp/vigil-bugs ./cmd/vigil\nand run /tmp/vigil-bugs sim --list-bugs", sim.SeedBugsTag)
+
 // bugNames lists the seed bugs --inject takes.
 func bugNames() string {
-	names := make([]string, len(core.Bugs))
-	for i, b := range core.Bugs {
-		names[i] = string(b)
+	if len(sim.Bugs()) == 0 {
+		return "none in this binary; a build with -tags " + sim.SeedBugsTag + " has them"
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(sim.Bugs(), ", ")
+}
+
+// seedBugsOnly notes, in a binary without seed bugs, that a flag needs a
+// binary built with them.
+func seedBugsOnly() string {
+	if len(sim.Bugs()) == 0 {
+		return " (only in a binary built with -tags " + sim.SeedBugsTag + ")"
+	}
+	return ""
 }

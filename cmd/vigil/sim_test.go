@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sim"
 )
 
@@ -65,27 +64,20 @@ func TestSimRegressions(t *testing.T) {
 	}
 }
 
-// A failing regression seed fails the run and prints its replay command.
-func TestSimRegressionFailurePrintsReplay(t *testing.T) {
-	bug := core.Bugs[0]
-	seed := int64(0)
-	for s := int64(1); s <= 300 && seed == 0; s++ {
-		if sim.Run(sim.Options{Seed: s, Inject: bug}).First != nil {
-			seed = s
+// --inject and --list-bugs need a binary built with seed bugs; one without
+// says so, and how to build one. (sim_seedbugs_test.go tests a seedbugs
+// build's.)
+func TestSimInjectNeedsASeedBugsBuild(t *testing.T) {
+	if len(sim.Bugs()) > 0 {
+		if code, _, errs := runSim(t, "--seeds", "1", "--inject", "no-such-bug"); code != 2 || !strings.Contains(errs, `unknown bug "no-such-bug"`) {
+			t.Fatalf("--inject of an unknown bug: exit %d, %q", code, errs)
 		}
+		return
 	}
-	if seed == 0 {
-		t.Fatalf("no seed in 1..300 fails with %s injected", bug)
-	}
-	path := filepath.Join(t.TempDir(), "regressions.txt")
-	if err := os.WriteFile(path, fmt.Appendf(nil, "%d  # fails with %s\n", seed, bug), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, _ := runSim(t, "--regressions", path, "--inject", string(bug))
-	if code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, out)
-	}
-	if want := fmt.Sprintf("replay with: vigil sim --seed %d --inject %s\n", seed, bug); !strings.Contains(out, want) {
-		t.Fatalf("no %q in:\n%s", want, out)
+	for _, args := range [][]string{{"--inject", "notified-flag"}, {"--list-bugs"}} {
+		code, out, errs := runSim(t, args...)
+		if code != 2 || !strings.Contains(errs, "no seed bugs") || !strings.Contains(errs, "go build -tags "+sim.SeedBugsTag+" ") {
+			t.Fatalf("%v without seed bugs: exit %d, %q%q", args, code, out, errs)
+		}
 	}
 }

@@ -24,7 +24,7 @@ func Grants(rule string) (text string, arbitrary bool) {
 	switch {
 	case name == "Bash":
 		return bashGrants(rule, pattern)
-	case alwaysAllowed[name]:
+	case alwaysAllowed(name):
 		return fmt.Sprintf("%s runs without asking anyway unless a deny rule covers it; the rule adds nothing.", name), false
 	case denyCovers("Write", name):
 		if writesGit(pattern) {

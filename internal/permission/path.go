@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"path"
 	"strings"
+
+	"github.com/vigilrun/vigil/internal/tool/toolinfo"
 )
 
 // Path is a file path as rules see it: the names of one file that a rule
@@ -109,21 +111,13 @@ func pathOf(tool string, input json.RawMessage) (string, bool) {
 
 // denyCovers reports whether a deny rule on the tool named rule covers a
 // call of tool: the same tool, or a rule on Read for the tools that read
-// files, a rule on Write or Edit for those that edit them.
+// files, a rule on Write, Edit or MultiEdit for those that edit them.
 func denyCovers(rule, tool string) bool {
 	if rule == tool {
 		return true
 	}
-	switch rule {
-	case "Read":
-		return tool == "Glob" || tool == "Grep"
-	case "Write", "Edit", "MultiEdit":
-		switch tool {
-		case "Write", "Edit", "MultiEdit", "NotebookEdit":
-			return true
-		}
-	}
-	return false
+	r, t := toolinfo.Of(rule), toolinfo.Of(tool)
+	return r.DenyCoversFiles && t.FileTool() && r.Files == t.Files
 }
 
 // pathMax is the longest path the kernel opens (Linux's PATH_MAX): a deny

@@ -57,6 +57,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/vigilrun/vigil/internal/tool/toolinfo"
 )
 
 // Decision is the verdict on a tool call.
@@ -86,13 +88,20 @@ func ValidMode(m string) bool {
 	return false
 }
 
-// alwaysAllowed are tools that read, or only act on vigil's own state.
-var alwaysAllowed = map[string]bool{
-	"Read": true, "Glob": true, "Grep": true, "TaskOutput": true, "ListAgents": true,
-	"Agent": true, "SendMessage": true, "TaskStop": true, "ScheduleWakeup": true,
+// alwaysAllowed reports whether a tool runs without asking in every mode
+// (a deny rule aside): it only reads, or acts only on vigil's own state.
+func alwaysAllowed(tool string) bool {
+	t := toolinfo.Of(tool)
+	return t.ReadOnly || t.Orchestration
 }
 
-var edits = map[string]bool{"Write": true, "Edit": true}
+// acceptsEdit reports whether mode accept-edits allows the tool: it is one
+// of vigil's own file editors (Write, Edit), which vigil's workspace
+// confines. A provider process's own editors ask.
+func acceptsEdit(tool string) bool {
+	t := toolinfo.Of(tool)
+	return t.Edits() && t.Offered
+}
 
 // Decide returns the decision for calling tool with input under mode and the
 // rules, and a reason a person can read.
@@ -170,7 +179,7 @@ func decide(mode string, allow, deny []string, tool string, denies, allows func(
 			return Verdict{Deny, fmt.Sprintf("denied by rule %q", r), r}
 		}
 	}
-	if alwaysAllowed[tool] {
+	if alwaysAllowed(tool) {
 		return Verdict{Allow, "read-only or orchestration tool", ""}
 	}
 	if mode == ModeBypass {
@@ -183,7 +192,7 @@ func decide(mode string, allow, deny []string, tool string, denies, allows func(
 	}
 	switch mode {
 	case ModeAcceptEdits:
-		if edits[tool] {
+		if acceptsEdit(tool) {
 			return Verdict{Allow, "mode accept-edits", ""}
 		}
 		return Verdict{Ask, "mode accept-edits asks before " + tool, ""}
@@ -339,13 +348,9 @@ func matchDeny(rule, tool, subject string) bool {
 	return glob(pattern, subject)
 }
 
-func isPathTool(tool string) bool {
-	switch tool {
-	case "Read", "Write", "Edit", "MultiEdit", "NotebookEdit", "Glob", "Grep":
-		return true
-	}
-	return false
-}
+// isPathTool reports whether the tool names a file, whose path rules match
+// as a path.
+func isPathTool(tool string) bool { return toolinfo.Of(tool).FileTool() }
 
 // cleanPath cleans a slash-separated path.
 func cleanPath(p string) string { return path.Clean(strings.ReplaceAll(p, "\\", "/")) }

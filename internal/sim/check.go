@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -156,8 +157,9 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 		}
 	}()
 	defer func() {
-		for use, a := range sends {
-			c.violate("11", fmt.Sprintf("SendMessage %s of %s is left waiting on another agent's model round", use, a))
+		// In order, so that a seed reports the same violation every time.
+		for _, use := range slices.Sorted(maps.Keys(sends)) {
+			c.violate("11", fmt.Sprintf("SendMessage %s of %s is left waiting on another agent's model round", use, sends[use]))
 		}
 	}()
 	for _, e := range out.Events {
@@ -291,11 +293,17 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 			}
 		case *core.RunEnded:
 			ended = append(ended, b)
+			var lost []core.ItemID
 			for id, info := range c.items {
 				if info.held == b.Seq && info.item.Agent == b.Agent {
-					c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s ended %s with item %s (%s) neither seen by its model, nor given back, nor carried", runKey(b.Agent, b.Seq), b.Status, id, info.item.Kind))
-					info.held = 0
+					lost = append(lost, id)
 				}
+			}
+			slices.Sort(lost) // the same report every time
+			for _, id := range lost {
+				info := c.items[id]
+				c.violateRun("1", b.Agent, b.Seq, fmt.Sprintf("run %s ended %s with item %s (%s) neither seen by its model, nor given back, nor carried", runKey(b.Agent, b.Seq), b.Status, id, info.item.Kind))
+				info.held = 0
 			}
 			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil && r.lastCall < r.lastJoin {
 				c.violate("2", fmt.Sprintf("run %s ended with items that joined after its last model round", runKey(b.Agent, b.Seq)))

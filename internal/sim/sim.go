@@ -8,6 +8,10 @@
 // checked after every step and at the end.
 //
 // The same seed always produces the same run, so a failing seed replays.
+//
+// In a build with the seedbugs tag (SeedBugsTag), Options.Inject puts one
+// of the seed bugs back into the core, and the simulator must catch it:
+// that is how we know its checks can fail. The default build has none.
 package sim
 
 import (
@@ -28,8 +32,10 @@ import (
 // Options configures one simulated run.
 type Options struct {
 	Seed int64
-	// Inject puts back a seed bug in the core under test.
-	Inject core.Bug
+	// Inject names a seed bug to put back in the core under test. Only a
+	// build with the seedbugs tag has any (Bugs lists them); Run panics on
+	// a name the build does not know.
+	Inject string
 	// NoCrash disables crash-and-recover.
 	NoCrash bool
 	// MaxSteps bounds the run; a run that has not quiesced by then is a
@@ -47,6 +53,12 @@ type Options struct {
 
 // TraceFull is the Options.Trace value that keeps every step.
 const TraceFull = "full"
+
+// SeedBugsTag is the build tag of a build that can put seed bugs back into
+// the core (Options.Inject):
+//
+//	go build -tags seedbugs -o /tmp/vigil-bugs ./cmd/vigil
+const SeedBugsTag = "seedbugs"
 
 // Violation is a broken rule.
 type Violation struct {
@@ -231,7 +243,7 @@ func Run(opts Options) Result {
 	}
 	w.now = w.start
 	w.res.Seed = opts.Seed
-	cfg := core.Config{Inject: opts.Inject, MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second,
+	cfg := core.Config{MaxDepth: 3, MaxAgents: 24, MaxInbox: 64, GateTTL: time.Duration(5+w.rng.IntN(60)) * time.Second,
 		ProviderSilence: time.Duration(10+w.faults.IntN(50)) * time.Second,
 		RetryBase:       time.Duration(100+w.faults.IntN(1900)) * time.Millisecond, RetryMaxDelay: 5 * time.Second,
 		RetryAttempts: 2 + w.faults.IntN(4)}
@@ -265,7 +277,7 @@ func Run(opts Options) Result {
 			cfg.Budget.Cost = int64(2000 + w.limits.IntN(20000))
 		}
 	}
-	w.core = core.New(cfg)
+	w.core = newCore(cfg, opts.Inject)
 	switch k := w.rng.IntN(10); {
 	case k < 2:
 		w.mode = modeExternal
@@ -717,11 +729,10 @@ func (w *world) runEffects(effects []core.Effect) {
 					return core.ProcessExited{Task: task, ExitCode: -1, Signal: "SIGTERM", Stopped: true}
 				})
 			}
-		case core.Finalize:
-			in := core.FinalizeRun(ef)
-			w.schedule(w.at(w.latency(1, 3000)), w.inc, "finalize", func() core.Input { return in })
 		case core.Deliver, core.Interrupt, core.StopExternal, core.StopProvider:
 			w.externalEffect(ef)
+		default:
+			w.seedEffect(ef)
 		}
 	}
 }

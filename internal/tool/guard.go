@@ -55,7 +55,7 @@ type rules struct {
 type protected struct{ given, real string }
 
 // edits reports whether the tool changes files.
-func (r *rules) edits() bool { return r.tool == "Write" || r.tool == "Edit" }
+func (r *rules) edits() bool { return Edits(r.tool) }
 
 // target resolves the path a call names, as resolve does, and checks it
 // against the session's rules and, for Write and Edit, the write

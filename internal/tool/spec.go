@@ -17,6 +17,7 @@ import (
 	"slices"
 
 	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/internal/tool/toolinfo"
 )
 
 // kind is the JSON type of a tool parameter.
@@ -322,18 +323,17 @@ func Spec(name string) (chat.ToolSpec, bool) {
 }
 
 // ReadOnly reports whether the tool only reads: Read, Glob, Grep,
-// TaskOutput and ListAgents.
+// TaskOutput and ListAgents (see toolinfo).
 func ReadOnly(name string) bool {
-	switch name {
-	case "Read", "Glob", "Grep", "TaskOutput", "ListAgents":
-		return true
-	}
-	return false
+	t := toolinfo.Of(name)
+	return t.Offered && t.ReadOnly
 }
 
-// Edits reports whether the tool changes files: Write and Edit.
+// Edits reports whether the tool changes files: Write and Edit (see
+// toolinfo).
 func Edits(name string) bool {
-	return name == "Write" || name == "Edit"
+	t := toolinfo.Of(name)
+	return t.Offered && t.Edits()
 }
 
 // propSchema is the schema of one property; the field order is the order

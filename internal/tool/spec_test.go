@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vigilrun/vigil/internal/tool/toolinfo"
 )
 
 // wantParams is the contract vigil's core relies on: every tool, its
@@ -194,6 +196,22 @@ func TestSpecsByName(t *testing.T) {
 	s.InputSchema[0] = 'X'
 	if again, _ := Spec("Read"); again.InputSchema[0] != '{' {
 		t.Fatal("Spec returned shared schema bytes")
+	}
+}
+
+// The specifications are of the tools toolinfo says vigil offers, in its
+// order; a tool that can start background work takes run_in_background.
+func TestSpecsAreTheOfferedTools(t *testing.T) {
+	var got []string
+	for _, s := range Specs() {
+		got = append(got, s.Name)
+		_, bg := parseSchema(t, s.Name).Properties["run_in_background"]
+		if want := toolinfo.Of(s.Name).Background; bg != want {
+			t.Errorf("%s: run_in_background %v, toolinfo says background %v", s.Name, bg, want)
+		}
+	}
+	if want := toolinfo.Offered(); !slices.Equal(got, want) {
+		t.Fatalf("Specs() are %v, toolinfo offers %v", got, want)
 	}
 }
 

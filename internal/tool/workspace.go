@@ -80,7 +80,7 @@ func (w *Workspace) Exec(ctx context.Context, name string, input json.RawMessage
 	if err := ctx.Err(); err != nil {
 		return fmt.Sprintf("%s cancelled: %v", name, err), true
 	}
-	if w.ReadOnly && (name == "Write" || name == "Edit") {
+	if w.ReadOnly && Edits(name) {
 		return fmt.Sprintf("%s is refused: the session's sandbox is read-only", name), true
 	}
 	f, err := w.fsys(name)

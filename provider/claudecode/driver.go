@@ -13,8 +13,8 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/cmdenv"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/provider"
 )
 
 // Name is the driver's name, as sessions name their provider.

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/provider"
 )
 
 // ErrEnded is returned by a process's methods once it is ending or gone.

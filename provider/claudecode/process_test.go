@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/provider"
 )
 
 // fake starts the test binary as a fake CLI (see fakeCLI).
