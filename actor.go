@@ -56,7 +56,7 @@ type actor struct {
 	moved bool // the lease was lost
 	// movedErr is why, when it is not another node's doing (the lease
 	// lapsed during a store outage): requests get it instead of
-	// ErrSessionMoved.
+	// errMoved.
 	movedErr error
 
 	sinceSnap int
@@ -165,7 +165,7 @@ func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) 
 	select {
 	case a.reqs <- request{input: in, reply: reply}:
 	case <-a.done:
-		return core.Output{}, ErrClosed
+		return core.Output{}, errRuntimeDone
 	case <-ctx.Done():
 		return core.Output{}, ctx.Err()
 	}
@@ -173,7 +173,7 @@ func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) 
 	case out := <-reply:
 		return out, out.Err
 	case <-a.done:
-		return core.Output{}, ErrClosed
+		return core.Output{}, errRuntimeDone
 	case <-ctx.Done():
 		return core.Output{}, ctx.Err()
 	}
@@ -209,7 +209,7 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	select {
 	case a.reqs <- request{fn: func() { fn(a.state); close(done) }}:
 	case <-a.done:
-		return ErrClosed
+		return errRuntimeDone
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -217,7 +217,7 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	case <-done:
 		return nil
 	case <-a.done:
-		return ErrClosed
+		return errRuntimeDone
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -228,7 +228,7 @@ func (a *actor) process(batch []request) {
 	if a.moved {
 		why := a.movedErr
 		if why == nil {
-			why = ErrSessionMoved
+			why = errMoved
 		}
 		for _, r := range batch {
 			if r.reply != nil {
@@ -251,7 +251,7 @@ func (a *actor) process(batch []request) {
 			case r.effect:
 				a.deferred = append(a.deferred, r)
 			case r.reply != nil:
-				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, ErrStoreDown, a.poisoned)}
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, errStoreDown, a.poisoned)}
 			}
 		}
 		return
@@ -353,7 +353,7 @@ func (a *actor) commit(ctx context.Context, events []core.Event) ([]store.Record
 	for _, k := range res.DuplicateNotes {
 		a.rt.log.Warn("notification write was a no-op: key exists", "session", a.id, "key", k)
 		if o := a.rt.opts.Observer; o != nil {
-			o.Dropped(string(a.id), "notification "+k, "duplicate-notification")
+			o.Dropped(SessionID(a.id), "notification "+k, "duplicate-notification")
 		}
 	}
 	a.publish(recs)
@@ -370,7 +370,7 @@ func (a *actor) commitFailed(batch []request, err error) {
 		a.moved = true
 		for _, r := range batch {
 			if r.reply != nil {
-				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, ErrSessionMoved)}
+				r.reply <- core.Output{Err: fmt.Errorf("session %s: %w", a.id, errMoved)}
 			}
 		}
 		go a.stop()
@@ -387,7 +387,7 @@ func (a *actor) commitFailed(batch []request, err error) {
 		case r.effect:
 			a.deferred = append(a.deferred, r)
 		case r.reply != nil:
-			r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, ErrStoreDown, err)}
+			r.reply <- core.Output{Err: fmt.Errorf("session %s: %w: %v (nothing of this request was kept)", a.id, errStoreDown, err)}
 		}
 	}
 	a.scheduleRetry()
@@ -533,12 +533,12 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 		case *core.Dropped:
 			a.rt.log.Warn("dropped", "session", a.id, "what", b.What, "reason", b.Reason, "detail", b.Detail)
 			if o := a.rt.opts.Observer; o != nil {
-				o.Dropped(string(a.id), b.What, b.Reason)
+				o.Dropped(SessionID(a.id), b.What, b.Reason)
 			}
 		}
 	}
 	if o := a.rt.opts.Observer; o != nil && len(events) > 0 {
-		o.Committed(string(a.id), events)
+		observe(o, a.id, a.state, events)
 	}
 	a.startEffects(effects)
 	a.armTimer()
@@ -594,7 +594,7 @@ func (a *actor) renew() {
 		// nodes act at once; it is adopted again when the store answers.
 		a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", err)
 		a.moved = true
-		a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", ErrStoreDown, err)
+		a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", errStoreDown, err)
 		go a.stop()
 	default:
 		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err, "lease_expires", a.lease.Expires)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vigilrun/vigil/core"
@@ -33,9 +35,10 @@ type SessionParams struct {
 	SubagentModel string
 	// Cwd is the working directory of file tools and shell commands; Dirs
 	// are more directories file tools may use.
-	Cwd         string
-	Dirs        []string
-	Permissions core.Permissions
+	Cwd  string
+	Dirs []string
+	// Permissions default to mode ask with no rules.
+	Permissions Permissions
 	// Owner is an opaque key of who created the session (an MCP caller).
 	Owner string
 	// Caller makes the main agent an outside caller: it never runs a model;
@@ -44,23 +47,33 @@ type SessionParams struct {
 	Caller bool
 	// Budget bounds the session; zero fields take the configured
 	// defaults (DESIGN rule 10).
-	Budget core.Budget
+	Budget Budget
 }
 
 // CreateSession creates a session, commits it and starts it.
-func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Session, error) {
+func (r *Runtime) CreateSession(ctx context.Context, params *SessionParams) (*Session, error) {
+	sess, err := r.createSession(ctx, params)
+	return sess, wrapErr(err)
+}
+
+func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Session, error) {
+	if params == nil {
+		params = &SessionParams{}
+	}
+	p := *params
+	p.Dirs = slices.Clone(p.Dirs)
 	if err := checkText(p); err != nil {
 		return nil, err
 	}
 	if p.Permissions.Mode == "" {
-		p.Permissions.Mode = core.PermAsk
+		p.Permissions.Mode = PermAsk
 	}
 	if !permission.ValidMode(string(p.Permissions.Mode)) {
-		return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown permission mode %q (want ask, accept-edits, auto or bypass)", p.Permissions.Mode)}
+		return nil, invalidf("unknown permission mode %q (want ask, accept-edits, auto or bypass)", p.Permissions.Mode)
 	}
 	for _, rule := range append(append([]string(nil), p.Permissions.Allow...), p.Permissions.Deny...) {
 		if !permission.Valid(rule) {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("bad permission rule %q (want Tool or Tool(pattern))", rule)}
+			return nil, invalidf("bad permission rule %q (want Tool or Tool(pattern))", rule)
 		}
 	}
 	if p.Provider == "" {
@@ -70,42 +83,42 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	if p.Caller {
 		driver = core.DriverCaller
 		if _, ok := r.opts.Providers[p.Provider]; !ok {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
+			return nil, invalidf("unknown provider %q", p.Provider)
 		}
 	} else if _, ok := r.opts.Drivers[p.Provider]; ok {
 		driver = core.DriverExternal
 	} else if _, ok := r.opts.Providers[p.Provider]; !ok {
-		return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
+		return nil, invalidf("unknown provider %q", p.Provider)
 	}
 	if p.Cwd != "" {
 		abs, err := filepath.Abs(p.Cwd)
 		if err != nil {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("working directory: %v", err)}
+			return nil, invalidf("working directory: %v", err)
 		}
 		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("working directory %s is not a directory", abs)}
+			return nil, invalidf("working directory %s is not a directory", abs)
 		}
 		p.Cwd = abs
 	}
 	for i, d := range p.Dirs {
 		abs, err := filepath.Abs(d)
 		if d == "" || strings.ContainsRune(d, 0) || err != nil {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("added directory %q is not a path", d)}
+			return nil, invalidf("added directory %q is not a path", d)
 		}
 		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-			return nil, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("added directory %s is not a directory", abs)}
+			return nil, invalidf("added directory %s is not a directory", abs)
 		}
 		p.Dirs[i] = abs
 	}
 	if len(p.Dirs) > 0 && p.Cwd == "" {
-		return nil, &core.Error{Code: core.CodeInvalid, Message: "added directories need a working directory"}
+		return nil, invalidf("added directories need a working directory")
 	}
 	id := core.SessionID(r.opts.NewID())
 	// Reserve the id so that adoption never takes a session being created.
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errRuntimeDone
 	}
 	r.actors[id] = nil
 	r.mu.Unlock()
@@ -124,7 +137,7 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	s := core.NewState()
 	a := r.newActor(id, s, lease)
 	out := r.core.Step(s, r.clock.Now(), core.CreateSession{
-		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: p.Permissions, Owner: p.Owner, Budget: p.Budget},
+		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: permissionsIn(p.Permissions), Owner: p.Owner, Budget: budgetIn(p.Budget)},
 		Prompt:  p.Prompt,
 		Driver:  driver,
 	})
@@ -137,218 +150,565 @@ func (r *Runtime) CreateSession(ctx context.Context, p SessionParams) (*core.Ses
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errRuntimeDone
 	}
 	r.actors[id] = a
 	created = true
 	r.mu.Unlock()
 	a.after(out.Events, out.Effects)
 	a.start()
-	sess := s.Session
+	sess := sessionOut(&s.Session)
 	return &sess, nil
 }
 
-func (r *Runtime) do(ctx context.Context, session string, in core.Input) (core.Output, error) {
+func (r *Runtime) do(ctx context.Context, session SessionID, in core.Input) (core.Output, error) {
 	if err := checkText(in); err != nil {
 		return core.Output{}, err
 	}
-	a, err := r.actor(session)
+	a, err := r.actor(string(session))
 	if err != nil {
-		return core.Output{}, err
+		return core.Output{}, r.notHere(ctx, session, err)
 	}
-	return a.submit(ctx, in)
+	out, err := a.submit(ctx, in)
+	return out, wrapErr(err)
 }
 
-// Prompt queues a user prompt for the session's main agent.
-func (r *Runtime) Prompt(ctx context.Context, session, text string, p core.Priority) (core.ItemID, error) {
-	out, err := r.do(ctx, session, core.UserPrompt{Text: text, Priority: p})
-	return out.Item, err
+// notHere explains an action refused because the session does not run
+// here: a session the store knows is closed, or owned by another node.
+func (r *Runtime) notHere(ctx context.Context, session SessionID, err error) error {
+	if !errors.Is(err, errNoSession) {
+		return wrapErr(err)
+	}
+	row, gerr := r.st.SessionGet(ctx, string(session))
+	switch {
+	case gerr != nil:
+		return wrapErr(fmt.Errorf("session %s: %w", session, err))
+	case row.Closed:
+		return &Error{Code: CodeClosed, Message: fmt.Sprintf("session %s is closed", session)}
+	}
+	return &Error{Code: CodeMoved, Message: fmt.Sprintf("session %s is not running on this node (another node owns it)", session)}
 }
 
-// Message sends a user message to an agent (by id or name) and returns what
-// happened to it (DESIGN rule 3) at once: it never waits on the agent's
-// model (rule 11). When the agent's model round is in flight the outcome
-// is pending, and that round's answer settles it: the message joins the
-// run, or the next run answers it.
-func (r *Runtime) Message(ctx context.Context, session, to, text string, p core.Priority) (*core.Msg, error) {
-	out, err := r.do(ctx, session, core.UserMessage{To: to, Text: text, Priority: p})
+// PromptParams is a user prompt.
+type PromptParams struct {
+	Text string
+	// Priority is next when empty.
+	Priority Priority
+}
+
+// Prompt queues a user prompt for the session's main agent and returns its
+// inbox item.
+func (r *Runtime) Prompt(ctx context.Context, session SessionID, p *PromptParams) (ItemID, error) {
+	if p == nil {
+		return "", invalidf("a prompt needs text")
+	}
+	out, err := r.do(ctx, session, core.UserPrompt{Text: p.Text, Priority: core.Priority(p.Priority)})
+	return ItemID(out.Item), err
+}
+
+// MessageParams is a user message to an agent.
+type MessageParams struct {
+	// To is the agent's id or name.
+	To   string
+	Text string
+	// Priority is next when empty.
+	Priority Priority
+}
+
+// Message sends a user message to an agent and returns what happened to it
+// (DESIGN rule 3) at once: it never waits on the agent's model (rule 11).
+// When the agent's model round is in flight the outcome is pending, and
+// that round's answer settles it: the message joins the run, or the next
+// run answers it.
+func (r *Runtime) Message(ctx context.Context, session SessionID, p *MessageParams) (*Message, error) {
+	if p == nil {
+		return nil, invalidf("a message needs a recipient and text")
+	}
+	out, err := r.do(ctx, session, core.UserMessage{To: p.To, Text: p.Text, Priority: core.Priority(p.Priority)})
 	if err != nil {
 		return nil, err
 	}
-	return out.Msg, nil
+	var m Message
+	if err := r.inspect(ctx, session, func(s *core.State) {
+		cur := s.Msgs[out.Msg.ID]
+		if cur == nil {
+			cur = out.Msg
+		}
+		m = messageOut(s, cur)
+	}); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
 
 // SpawnParams describes a background agent started from outside.
 type SpawnParams struct {
-	Name, Description, Prompt, Model, Provider string
+	Name, Description, Prompt string
+	// Model and Provider default to the session's subagent model and
+	// provider.
+	Model, Provider string
 	// Budget bounds the agent's tree, within what the session has left.
-	Budget core.Budget
+	Budget Budget
 }
 
 // Spawn starts a background agent owned by the session's main agent and
 // returns its agent and task ids.
-func (r *Runtime) Spawn(ctx context.Context, session string, p SpawnParams) (core.AgentID, core.TaskID, error) {
+func (r *Runtime) Spawn(ctx context.Context, session SessionID, p *SpawnParams) (AgentID, TaskID, error) {
+	if p == nil {
+		return "", "", invalidf("a spawn needs a prompt")
+	}
 	if p.Provider != "" {
 		if _, ok := r.opts.Providers[p.Provider]; !ok {
-			return "", "", &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("unknown provider %q", p.Provider)}
+			return "", "", invalidf("unknown provider %q", p.Provider)
 		}
 	}
-	out, err := r.do(ctx, session, core.SpawnAgent{Name: p.Name, Description: p.Description, Prompt: p.Prompt, Model: p.Model, Provider: p.Provider, Budget: p.Budget})
-	return out.Agent, out.Task, err
+	out, err := r.do(ctx, session, core.SpawnAgent{Name: p.Name, Description: p.Description, Prompt: p.Prompt, Model: p.Model, Provider: p.Provider, Budget: budgetIn(p.Budget)})
+	return AgentID(out.Agent), TaskID(out.Task), err
 }
 
 // Ack acknowledges items of a caller's inbox: they are delivered and leave
 // it. Acknowledging an item twice is harmless.
-func (r *Runtime) Ack(ctx context.Context, session string, items []string) error {
-	ids := make([]core.ItemID, len(items))
-	for i, it := range items {
-		ids[i] = core.ItemID(it)
-	}
-	_, err := r.do(ctx, session, core.CallerAck{Agent: core.MainAgent, Items: ids})
+func (r *Runtime) Ack(ctx context.Context, session SessionID, items []ItemID) error {
+	_, err := r.do(ctx, session, core.CallerAck{Agent: core.MainAgent, Items: ids[core.ItemID](items)})
 	return err
+}
+
+// HoldParams says who holds the user queue and why.
+type HoldParams struct {
+	By, Reason string
 }
 
 // Hold holds the session's queue of user prompts. Nothing else is held.
-func (r *Runtime) Hold(ctx context.Context, session, by, reason string) error {
-	_, err := r.do(ctx, session, core.HoldQueue{By: by, Reason: reason})
+func (r *Runtime) Hold(ctx context.Context, session SessionID, p *HoldParams) error {
+	if p == nil {
+		p = &HoldParams{}
+	}
+	_, err := r.do(ctx, session, core.HoldQueue{By: p.By, Reason: p.Reason})
 	return err
 }
 
-// Resume releases the hold.
-func (r *Runtime) Resume(ctx context.Context, session, by string) error {
+// Resume releases the hold; by says who.
+func (r *Runtime) Resume(ctx context.Context, session SessionID, by string) error {
 	_, err := r.do(ctx, session, core.ResumeQueue{By: by})
 	return err
 }
 
-// CancelRun cancels an agent's current run.
-func (r *Runtime) CancelRun(ctx context.Context, session, agent, by string) error {
-	_, err := r.do(ctx, session, core.CancelRun{Agent: agent, By: by})
-	return err
+// AgentActionParams names an agent (by id or name) and who acts on it.
+type AgentActionParams struct {
+	Agent string
+	By    string
 }
 
-// StopTask stops a task.
-func (r *Runtime) StopTask(ctx context.Context, session, task, by string) error {
-	_, err := r.do(ctx, session, core.StopTask{Task: core.TaskID(task), By: by})
+func agentAction(p *AgentActionParams) (*AgentActionParams, error) {
+	if p == nil || p.Agent == "" {
+		return nil, invalidf("name an agent")
+	}
+	return p, nil
+}
+
+// CancelRun cancels an agent's current run.
+func (r *Runtime) CancelRun(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	p, err := agentAction(p)
+	if err != nil {
+		return err
+	}
+	_, err = r.do(ctx, session, core.CancelRun{Agent: p.Agent, By: p.By})
 	return err
 }
 
 // RetryAgent releases an agent that a failed run left blocked or backing
 // off: it runs now for its inbox, and its items' attempts start again.
-func (r *Runtime) RetryAgent(ctx context.Context, session, agent, by string) error {
-	_, err := r.do(ctx, session, core.RetryAgent{Agent: agent, By: by})
-	return err
-}
-
-// SetBudget replaces the budget of the session (agent empty) or of an
-// agent's tree, and releases the agents a spent budget blocked.
-func (r *Runtime) SetBudget(ctx context.Context, session, agent string, b core.Budget, by string) error {
-	_, err := r.do(ctx, session, core.SetBudget{Agent: agent, Budget: b, By: by})
-	return err
-}
-
-// CancelItem removes a queued prompt or continuation.
-func (r *Runtime) CancelItem(ctx context.Context, session, item, by string) error {
-	_, err := r.do(ctx, session, core.CancelItem{Item: core.ItemID(item), By: by})
-	return err
-}
-
-// MoveItem moves a queued item within its inbox.
-func (r *Runtime) MoveItem(ctx context.Context, session, item string, index int) error {
-	_, err := r.do(ctx, session, core.MoveItem{Item: core.ItemID(item), Index: index})
-	return err
-}
-
-// AnswerApprovalAlways allows a permission request and adds a session rule
-// that allows the same call from now on (DESIGN: approvals, "allow
-// always"); pending requests the rule allows are answered too.
-func (r *Runtime) AnswerApprovalAlways(ctx context.Context, session, approval, by string) error {
-	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(approval), Allow: true, Always: true, By: by})
-	return err
-}
-
-// AnswerApproval answers a permission request.
-func (r *Runtime) AnswerApproval(ctx context.Context, session, approval string, allow bool, by, reason string) error {
-	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(approval), Allow: allow, By: by, Reason: reason})
+func (r *Runtime) RetryAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	p, err := agentAction(p)
+	if err != nil {
+		return err
+	}
+	_, err = r.do(ctx, session, core.RetryAgent{Agent: p.Agent, By: p.By})
 	return err
 }
 
 // CloseAgent closes an agent and what it owns.
-func (r *Runtime) CloseAgent(ctx context.Context, session, agent, by string) error {
-	_, err := r.do(ctx, session, core.CloseAgent{Agent: agent, By: by})
+func (r *Runtime) CloseAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	p, err := agentAction(p)
+	if err != nil {
+		return err
+	}
+	_, err = r.do(ctx, session, core.CloseAgent{Agent: p.Agent, By: p.By})
 	return err
 }
 
-// CloseSession closes every agent of the session and the session.
-func (r *Runtime) CloseSession(ctx context.Context, session, by string) error {
+// StopTaskParams names a task to stop and who stops it.
+type StopTaskParams struct {
+	Task TaskID
+	By   string
+}
+
+// StopTask stops a task: its command, or its subagent's run.
+func (r *Runtime) StopTask(ctx context.Context, session SessionID, p *StopTaskParams) error {
+	if p == nil || p.Task == "" {
+		return invalidf("name a task")
+	}
+	_, err := r.do(ctx, session, core.StopTask{Task: core.TaskID(p.Task), By: p.By})
+	return err
+}
+
+// SetBudgetParams replaces a budget: the session's when Agent is empty,
+// otherwise that of the agent's tree.
+type SetBudgetParams struct {
+	Agent  string
+	Budget Budget
+	By     string
+}
+
+// SetBudget replaces a budget and releases the agents a spent budget
+// blocked.
+func (r *Runtime) SetBudget(ctx context.Context, session SessionID, p *SetBudgetParams) error {
+	if p == nil {
+		return invalidf("a budget is needed")
+	}
+	_, err := r.do(ctx, session, core.SetBudget{Agent: p.Agent, Budget: budgetIn(p.Budget), By: p.By})
+	return err
+}
+
+// CancelItemParams names a queued item to remove and who removes it.
+type CancelItemParams struct {
+	Item ItemID
+	By   string
+}
+
+// CancelItem removes a queued prompt or continuation.
+func (r *Runtime) CancelItem(ctx context.Context, session SessionID, p *CancelItemParams) error {
+	if p == nil || p.Item == "" {
+		return invalidf("name an item")
+	}
+	_, err := r.do(ctx, session, core.CancelItem{Item: core.ItemID(p.Item), By: p.By})
+	return err
+}
+
+// MoveItemParams moves a queued item to Index within its inbox.
+type MoveItemParams struct {
+	Item  ItemID
+	Index int
+}
+
+// MoveItem moves a queued item within its inbox.
+func (r *Runtime) MoveItem(ctx context.Context, session SessionID, p *MoveItemParams) error {
+	if p == nil || p.Item == "" {
+		return invalidf("name an item")
+	}
+	_, err := r.do(ctx, session, core.MoveItem{Item: core.ItemID(p.Item), Index: p.Index})
+	return err
+}
+
+// AnswerApprovalParams answers a permission request.
+type AnswerApprovalParams struct {
+	Approval ApprovalID
+	Allow    bool
+	// Always, with Allow, adds a session rule that allows the same call
+	// from now on (Approval.AlwaysRule); pending requests the rule allows
+	// are answered too.
+	Always bool
+	By     string
+	Reason string
+}
+
+// AnswerApproval answers a permission request.
+func (r *Runtime) AnswerApproval(ctx context.Context, session SessionID, p *AnswerApprovalParams) error {
+	if p == nil || p.Approval == "" {
+		return invalidf("name a permission request")
+	}
+	if p.Always && !p.Allow {
+		return invalidf("always goes with allow")
+	}
+	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(p.Approval), Allow: p.Allow, Always: p.Always, By: p.By, Reason: p.Reason})
+	return err
+}
+
+// CloseSession closes every agent of the session and the session; by says
+// who.
+func (r *Runtime) CloseSession(ctx context.Context, session SessionID, by string) error {
 	_, err := r.do(ctx, session, core.CloseSession{By: by, Reason: "closed by " + by})
 	return err
 }
 
-// ProviderWake records that a provider needs a turn of an agent to continue
-// work of its own.
-func (r *Runtime) ProviderWake(ctx context.Context, session, agent, evidence string) error {
-	_, err := r.do(ctx, session, core.ProviderWake{Agent: core.AgentID(agent), Evidence: evidence})
-	return err
-}
-
-// Inspect runs fn on the session's state, on the session's goroutine. fn
-// must not keep the state or anything in it.
-func (r *Runtime) Inspect(ctx context.Context, session string, fn func(s *core.State)) error {
-	a, err := r.actor(session)
+// inspect runs fn on the session's state, on the session's goroutine, or
+// on the state read from the store when no actor runs it here (closed, or
+// never). fn must not keep the state or anything in it.
+func (r *Runtime) inspect(ctx context.Context, session SessionID, fn func(s *core.State)) error {
+	a, err := r.actor(string(session))
 	if err != nil {
-		if errors.Is(err, ErrNoSession) {
-			// Not running here (closed, or never): read it from the store.
-			s, lerr := loadState(ctx, r.st, session)
+		if errors.Is(err, errNoSession) {
+			s, lerr := loadState(ctx, r.st, string(session))
 			if lerr != nil {
-				if errors.Is(lerr, ErrNoSession) {
-					return err
+				if errors.Is(lerr, errNoSession) {
+					return wrapErr(err)
 				}
-				return lerr
+				return wrapErr(lerr)
 			}
 			fn(s)
 			return nil
 		}
-		return err
+		return wrapErr(err)
 	}
-	return a.view(ctx, fn)
+	return wrapErr(a.view(ctx, fn))
 }
 
-// State returns a copy of the session's state.
-func (r *Runtime) State(ctx context.Context, session string) (*core.State, error) {
-	var b []byte
-	var merr error
-	if err := r.Inspect(ctx, session, func(s *core.State) { b, merr = json.Marshal(s) }); err != nil {
-		return nil, err
-	}
-	if merr != nil {
-		return nil, merr
-	}
-	s := core.NewState()
-	return s, decodeState(b, s)
+// SessionGetParams asks for more of a session than SessionGet gives by
+// default.
+type SessionGetParams struct {
+	// Messages and Notifications fill the detail's lists of every message
+	// and notification of the session; Runs fills each agent's
+	// RunHistory.
+	Messages, Notifications, Runs bool
 }
 
-// Status lists the session's non-empty inboxes and why each is not
-// draining.
-func (r *Runtime) Status(ctx context.Context, session string) ([]core.InboxStatus, error) {
-	var st []core.InboxStatus
-	err := r.Inspect(ctx, session, func(s *core.State) { st = core.Status(s) })
+// SessionGet returns a session with its agents, tasks, pending approvals,
+// hold, and the status of every non-empty inbox.
+func (r *Runtime) SessionGet(ctx context.Context, session SessionID, p *SessionGetParams) (*SessionDetail, error) {
+	var d *SessionDetail
+	err := r.inspect(ctx, session, func(s *core.State) { d = detailOut(s, r.clock.Now(), p) })
+	return d, err
+}
+
+// SessionStatus lists the session's non-empty inboxes and why each is not
+// draining, what each run in progress waits on, and its budget.
+func (r *Runtime) SessionStatus(ctx context.Context, session SessionID) (*Status, error) {
+	var st *Status
+	err := r.inspect(ctx, session, func(s *core.State) { st = statusOut(s, r.clock.Now()) })
 	return st, err
 }
 
-// Sessions lists the store's sessions.
-func (r *Runtime) Sessions(ctx context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
+// SessionListParams filters SessionList.
+type SessionListParams struct {
+	// Owner, when set, keeps only sessions with that owner key.
+	Owner string
+	// Open keeps only sessions that are not closed.
+	Open bool
+}
+
+// SessionList lists the store's sessions, oldest first.
+func (r *Runtime) SessionList(ctx context.Context, p *SessionListParams) ([]SessionSummary, error) {
 	if p == nil {
-		p = &store.SessionListParams{}
+		p = &SessionListParams{}
 	}
-	return r.st.SessionList(ctx, p)
+	rows, err := r.st.SessionList(ctx, &store.SessionListParams{Owner: p.Owner, Open: p.Open})
+	if err != nil {
+		return nil, wrapErr(fmt.Errorf("list sessions: %w", err))
+	}
+	out := make([]SessionSummary, len(rows))
+	for i, row := range rows {
+		out[i] = summaryOut(row)
+	}
+	return out, nil
+}
+
+// AgentGet returns an agent (by id or name) with its run history and
+// transcript.
+func (r *Runtime) AgentGet(ctx context.Context, session SessionID, agent string) (*AgentDetail, error) {
+	var d *AgentDetail
+	err := r.inspect(ctx, session, func(s *core.State) {
+		if a := s.Agent(agent); a != nil {
+			d = agentDetailOut(s, a)
+		}
+	})
+	if err == nil && d == nil {
+		err = notFoundf("no agent %q", agent)
+	}
+	return d, err
+}
+
+// RunList lists the runs of an agent (by id or name), or of every agent
+// when agent is empty, ended ones first, then the one in progress.
+func (r *Runtime) RunList(ctx context.Context, session SessionID, agent string) ([]Run, error) {
+	var out []Run
+	found := agent == ""
+	err := r.inspect(ctx, session, func(s *core.State) {
+		out = []Run{}
+		for _, id := range s.Order {
+			a := s.Agents[id]
+			if agent != "" && a != s.Agent(agent) {
+				continue
+			}
+			found = true
+			out = append(out, runHistory(a)...)
+			if run := runOut(a, a.Run); run != nil {
+				out = append(out, *run)
+			}
+		}
+	})
+	if err == nil && !found {
+		err = notFoundf("no agent %q", agent)
+	}
+	return out, err
+}
+
+// InboxList lists the queued items of an agent (by id or name), or of
+// every agent when agent is empty, in the order they run.
+func (r *Runtime) InboxList(ctx context.Context, session SessionID, agent string) ([]InboxItem, error) {
+	var out []InboxItem
+	found := agent == ""
+	err := r.inspect(ctx, session, func(s *core.State) {
+		out = []InboxItem{}
+		for _, id := range s.Order {
+			a := s.Agents[id]
+			if agent != "" && a != s.Agent(agent) {
+				continue
+			}
+			found = true
+			out = append(out, inboxOut(s, a)...)
+		}
+	})
+	if err == nil && !found {
+		err = notFoundf("no agent %q", agent)
+	}
+	return out, err
+}
+
+// TaskOutputParams reads a shell task's output file: up to Limit bytes
+// (1 MiB when 0) from Offset.
+type TaskOutputParams struct {
+	Task   TaskID
+	Offset int64
+	Limit  int64
+}
+
+// TaskOutput reads a shell task's output file.
+func (r *Runtime) TaskOutput(ctx context.Context, session SessionID, p *TaskOutputParams) (*TaskOutput, error) {
+	out, err := r.taskOutput(ctx, session, p)
+	return out, wrapErr(err)
+}
+
+func (r *Runtime) taskOutput(ctx context.Context, session SessionID, p *TaskOutputParams) (*TaskOutput, error) {
+	if p == nil || p.Task == "" {
+		return nil, invalidf("name a task")
+	}
+	if p.Offset < 0 || p.Limit < 0 {
+		return nil, invalidf("offset and limit must not be negative")
+	}
+	var rel string
+	var found, mirrored bool
+	out := &TaskOutput{Task: p.Task, Offset: p.Offset, Next: p.Offset}
+	if err := r.inspect(ctx, session, func(s *core.State) {
+		if t := s.Tasks[core.TaskID(p.Task)]; t != nil {
+			found, rel, mirrored, out.Status = true, t.OutputPath, t.External != "", TaskStatus(t.Status)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, notFoundf("no task %q", p.Task)
+	}
+	if rel == "" {
+		return nil, invalidf("task %s is an agent task; it has no output file (read its runs)", p.Task)
+	}
+	path, err := r.resolveOutput(core.SessionID(session), rel)
+	if mirrored && filepath.IsAbs(rel) {
+		// A provider process's task writes its output where the provider
+		// keeps it (Claude Code: its own temp directory).
+		path, err = filepath.Clean(rel), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 1 << 20
+	}
+	data, next, err := shell.ReadOutput(path, p.Offset, limit)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read output of %s: %w", p.Task, err)
+	}
+	out.Data, out.Next = data, next
+	return out, nil
+}
+
+// EventList reads a session's committed events with Seq > after, from
+// the store, in order.
+func (r *Runtime) EventList(ctx context.Context, session SessionID, after int64) ([]Event, error) {
+	var out []Event
+	err := r.records(ctx, session, after, func(rec store.Record) error {
+		out = append(out, eventOut(rec))
+		return nil
+	})
+	return out, wrapErr(err)
+}
+
+// records calls fn with each committed event of the session after Seq
+// after, in order.
+func (r *Runtime) records(ctx context.Context, session SessionID, after int64, fn func(store.Record) error) error {
+	for {
+		recs, err := r.st.EventList(ctx, &store.EventListParams{Session: string(session), AfterSeq: after, Limit: 5000})
+		if err != nil {
+			return fmt.Errorf("read events of %s: %w", session, err)
+		}
+		for _, rec := range recs {
+			if err := fn(rec); err != nil {
+				return err
+			}
+			after = rec.Seq
+		}
+		if len(recs) < 5000 {
+			return nil
+		}
+	}
+}
+
+// coreEvents reads and decodes a session's events.
+func (r *Runtime) coreEvents(ctx context.Context, session SessionID, after int64) ([]core.Event, error) {
+	var out []core.Event
+	err := r.records(ctx, session, after, func(rec store.Record) error {
+		e, err := decodeEvent(rec)
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// TranscriptParams chooses what Transcript writes.
+type TranscriptParams struct {
+	Session SessionID
+	// Agent, an id or a name, writes one agent's transcript; empty writes
+	// every agent's.
+	Agent string
+}
+
+// Transcript writes a transcript as JSONL: messages, tool calls and
+// results, notifications and inbox operations, with timestamps.
+func (r *Runtime) Transcript(ctx context.Context, w io.Writer, p *TranscriptParams) error {
+	if p == nil || p.Session == "" {
+		return invalidf("name a session")
+	}
+	evs, err := r.coreEvents(ctx, p.Session, 0)
+	if err != nil {
+		return wrapErr(err)
+	}
+	if len(evs) == 0 {
+		return wrapErr(fmt.Errorf("session %s: %w", p.Session, errNoSession))
+	}
+	id := core.AgentID(p.Agent)
+	if p.Agent != "" {
+		s := core.Replay(evs)
+		a := s.Agent(p.Agent)
+		if a == nil {
+			return notFoundf("no agent %q", p.Agent)
+		}
+		id = a.ID
+	}
+	return wrapErr(transcript.Write(w, evs, id))
 }
 
 // WaitQuiescent waits until the session has nothing left to do: no run in
 // progress, no live task, no timer, every inbox empty.
-func (r *Runtime) WaitQuiescent(ctx context.Context, session string) error {
-	a, err := r.actor(session)
+func (r *Runtime) WaitQuiescent(ctx context.Context, session SessionID) error {
+	a, err := r.actor(string(session))
 	if err != nil {
-		return err
+		return wrapErr(err)
 	}
 	w := make(chan struct{})
 	quiet := false
@@ -359,7 +719,7 @@ func (r *Runtime) WaitQuiescent(ctx context.Context, session string) error {
 		}
 		a.quiet = append(a.quiet, w)
 	}); err != nil {
-		return err
+		return wrapErr(err)
 	}
 	if quiet {
 		return nil
@@ -368,113 +728,30 @@ func (r *Runtime) WaitQuiescent(ctx context.Context, session string) error {
 	case <-w:
 		select {
 		case <-a.done:
-			return ErrClosed
+			return errRuntimeDone
 		default:
 			return nil
 		}
 	case <-ctx.Done():
-		return ctx.Err()
+		return wrapErr(ctx.Err())
 	}
-}
-
-// TaskOutput reads a shell task's output file from offset; it returns the
-// bytes and the offset to read from next.
-func (r *Runtime) TaskOutput(ctx context.Context, session, task string, offset, limit int64) ([]byte, int64, error) {
-	var rel string
-	var found, mirrored bool
-	if err := r.Inspect(ctx, session, func(s *core.State) {
-		if t := s.Tasks[core.TaskID(task)]; t != nil {
-			found, rel, mirrored = true, t.OutputPath, t.External != ""
-		}
-	}); err != nil {
-		return nil, 0, err
-	}
-	if !found {
-		return nil, 0, &core.Error{Code: core.CodeNotFound, Message: fmt.Sprintf("no task %q", task)}
-	}
-	if rel == "" {
-		return nil, 0, &core.Error{Code: core.CodeInvalid, Message: fmt.Sprintf("task %s is an agent task; it has no output file (read its runs)", task)}
-	}
-	path, err := r.resolveOutput(core.SessionID(session), rel)
-	if mirrored && filepath.IsAbs(rel) {
-		// A provider process's task writes its output where the provider
-		// keeps it (Claude Code: its own temp directory).
-		path, err = filepath.Clean(rel), nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if limit <= 0 {
-		limit = 1 << 20
-	}
-	data, next, err := shell.ReadOutput(path, offset, limit)
-	if os.IsNotExist(err) {
-		return nil, offset, nil
-	}
-	return data, next, err
-}
-
-// Events reads a session's committed events with Seq > after, from the
-// store, in order.
-func (r *Runtime) Events(ctx context.Context, session string, after int64) ([]core.Event, error) {
-	var out []core.Event
-	for {
-		recs, err := r.st.EventList(ctx, &store.EventListParams{Session: session, AfterSeq: after, Limit: 5000})
-		if err != nil {
-			return nil, fmt.Errorf("read events of %s: %w", session, err)
-		}
-		for _, rec := range recs {
-			e, err := DecodeEvent(rec)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-			after = rec.Seq
-		}
-		if len(recs) < 5000 {
-			return out, nil
-		}
-	}
-}
-
-// Transcript writes an agent's transcript (every agent's when agent is
-// empty) as JSONL: messages, tool calls and results, notifications and
-// inbox operations, with timestamps.
-func (r *Runtime) Transcript(ctx context.Context, session, agent string, w io.Writer) error {
-	evs, err := r.Events(ctx, session, 0)
-	if err != nil {
-		return err
-	}
-	if len(evs) == 0 {
-		return fmt.Errorf("session %s: %w", session, ErrNoSession)
-	}
-	id := core.AgentID(agent)
-	if agent != "" {
-		s := core.Replay(evs)
-		a := s.Agent(agent)
-		if a == nil {
-			return &core.Error{Code: core.CodeNotFound, Message: fmt.Sprintf("no agent %q", agent)}
-		}
-		id = a.ID
-	}
-	return transcript.Write(w, evs, id)
 }
 
 // checkText refuses a request whose text no store can keep (a NUL byte,
 // invalid UTF-8), naming the field, before any of it is stepped.
 func checkText(v any) error {
 	if err := textcheck.Check(v); err != nil {
-		return &core.Error{Code: core.CodeInvalid, Message: err.Error()}
+		return invalidf("%s", err)
 	}
 	return nil
 }
 
 // storeDown marks an error of a store that cannot be written now
-// (unreachable, full, read-only) as ErrStoreDown, keeping it in the chain.
+// (unreachable, full, read-only) as errStoreDown, keeping it in the chain.
 func storeDown(err error) error {
 	for _, e := range []error{store.ErrUnavailable, store.ErrFull, store.ErrReadOnly} {
-		if errors.Is(err, e) && !errors.Is(err, ErrStoreDown) {
-			return fmt.Errorf("%w: %w", ErrStoreDown, err)
+		if errors.Is(err, e) && !errors.Is(err, errStoreDown) {
+			return fmt.Errorf("%w: %w", errStoreDown, err)
 		}
 	}
 	return err

@@ -171,8 +171,9 @@ type Sandbox struct {
 
 // Isolation says how this runtime confines and contains what agents run.
 type Isolation struct {
-	// Sandbox is the mode commands run in.
-	Sandbox sandbox.Mode
+	// Sandbox is the mode commands run in: read-only, workspace-write or
+	// full-access.
+	Sandbox string
 	// Network reports whether confined commands may use the network.
 	Network bool
 	// WritableGit reports whether the roots' .git stay writable in
@@ -203,7 +204,7 @@ func isolationFor(opts Sandbox, rep sandbox.Report, contain Containment) (Isolat
 	iso := Isolation{Network: opts.Network, WritableGit: opts.WritableGit, Kernel: rep.String(), Containment: contain}
 	switch opts.Mode {
 	case "":
-		iso.Sandbox = sandbox.WorkspaceWrite
+		iso.Sandbox = string(sandbox.WorkspaceWrite)
 		if rep.Backend() == sandbox.BackendLandlock && !opts.WritableGit {
 			// Landlock grants whole trees: .git inside a writable root
 			// cannot stay read-only, and refusing every command in a git
@@ -212,7 +213,7 @@ func isolationFor(opts Sandbox, rep sandbox.Report, contain Containment) (Isolat
 			iso.Warning = "sandbox: Landlock without bubblewrap cannot keep .git read-only inside the workspace, so .git is writable (a command could plant a git hook); install bubblewrap"
 		}
 		if rep.Check(sandbox.WorkspaceWrite) != nil {
-			iso.Sandbox = sandbox.FullAccess
+			iso.Sandbox = string(sandbox.FullAccess)
 			iso.Warning = "NO SANDBOX: agents' commands run with full access to this machine (" + rep.String() +
 				"); install bubblewrap, or a kernel with Landlock, to confine them"
 		}
@@ -224,7 +225,7 @@ func isolationFor(opts Sandbox, rep sandbox.Report, contain Containment) (Isolat
 		if err := rep.Check(m); err != nil {
 			return iso, err
 		}
-		iso.Sandbox = m
+		iso.Sandbox = string(m)
 		if m == sandbox.FullAccess {
 			iso.Warning = "sandbox full-access: agents' commands run with full access to this machine, as configured"
 		}
@@ -245,7 +246,7 @@ func isolationFor(opts Sandbox, rep sandbox.Report, contain Containment) (Isolat
 // wrapFor returns the sandbox wrapper of one command of a session, or nil
 // for none (full access with cgroups, or no way to contain more).
 func (r *Runtime) wrapFor(env toolEnv) func(*exec.Cmd) error {
-	mode := r.iso.Sandbox
+	mode := sandbox.Mode(r.iso.Sandbox)
 	if mode == sandbox.FullAccess && r.iso.Containment.Cgroups {
 		return nil
 	}

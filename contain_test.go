@@ -58,11 +58,11 @@ func TestSuccessorSweepsEveryRecordedRoot(t *testing.T) {
 func TestIsolationDefaults(t *testing.T) {
 	landlock := sandbox.Report{Landlock: 7, Seccomp: true, Executable: "/usr/bin/vigil"}
 	iso, err := isolationFor(Sandbox{}, landlock, Containment{Cgroups: true})
-	if err != nil || iso.Sandbox != sandbox.WorkspaceWrite || !iso.WritableGit || !strings.Contains(iso.Warning, ".git is writable") {
+	if err != nil || iso.Sandbox != string(sandbox.WorkspaceWrite) || !iso.WritableGit || !strings.Contains(iso.Warning, ".git is writable") {
 		t.Fatalf("Landlock only: %+v, %v", iso, err)
 	}
 	iso, err = isolationFor(Sandbox{}, sandbox.Report{}, Containment{})
-	if err != nil || iso.Sandbox != sandbox.FullAccess || !strings.Contains(iso.Warning, "NO SANDBOX") || !strings.Contains(iso.Warning, "process group only") {
+	if err != nil || iso.Sandbox != string(sandbox.FullAccess) || !strings.Contains(iso.Warning, "NO SANDBOX") || !strings.Contains(iso.Warning, "process group only") {
 		t.Fatalf("no sandbox: %+v, %v", iso, err)
 	}
 	if _, err := isolationFor(Sandbox{Mode: "workspace-write"}, sandbox.Report{}, Containment{}); !errors.Is(err, sandbox.ErrUnavailable) {

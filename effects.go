@@ -197,7 +197,7 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 			Mode: string(env.perms.Mode), Allow: env.perms.Allow, Deny: env.perms.Deny, Approved: env.approved,
 		}}
 		// The file tools keep the sandbox's write rules too.
-		switch r.iso.Sandbox {
+		switch sandbox.Mode(r.iso.Sandbox) {
 		case sandbox.ReadOnly:
 			ws.ReadOnly = true
 		case sandbox.WorkspaceWrite:
@@ -231,7 +231,7 @@ func (r *Runtime) execBash(ctx context.Context, env toolEnv, ef core.ExecTool) (
 		dir = env.roots[0]
 	}
 	out := filepath.Join(env.sessionDir, "tools", sanitize(string(ef.Agent)+"-"+ef.UseID)+".output")
-	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: r.commandEnv(),
+	res := shell.Run(ctx, shell.Spec{Command: in.Command, Dir: dir, Timeout: timeout, Clock: r.clock, OutputPath: out, TailBytes: r.opts.MaxToolOutput, Env: r.commandEnv(),
 		Cgroup: r.cgroupFor(env.session, "tool-"+string(ef.Agent)+"-"+ef.UseID), Wrap: r.wrapFor(env)})
 	var b strings.Builder
 	b.WriteString(res.Tail)
@@ -269,14 +269,7 @@ func sanitize(s string) string {
 }
 
 func (r *Runtime) execTaskOutput(sessionDir string, input json.RawMessage) (string, bool) {
-	var in struct {
-		TaskID     string `json:"task_id"`
-		OutputPath string `json:"output_path"`
-		Status     string `json:"status"`
-		ExitCode   *int   `json:"exit_code"`
-		Offset     int64  `json:"offset"`
-		Limit      int64  `json:"limit"`
-	}
+	var in core.TaskOutputRequest
 	if err := json.Unmarshal(input, &in); err != nil {
 		return "Error: invalid input: " + err.Error(), true
 	}
@@ -291,11 +284,7 @@ func (r *Runtime) execTaskOutput(sessionDir string, input json.RawMessage) (stri
 	if err != nil && !os.IsNotExist(err) {
 		return "Error: read output: " + err.Error(), true
 	}
-	res := map[string]any{"task_id": in.TaskID, "status": in.Status, "output": string(data), "next_offset": next}
-	if in.ExitCode != nil {
-		res["exit_code"] = *in.ExitCode
-	}
-	b, _ := json.Marshal(res)
+	b, _ := json.Marshal(core.TaskOutputResult{TaskID: in.TaskID, Status: in.Status, Output: string(data), NextOffset: next, ExitCode: in.ExitCode})
 	return string(b), false
 }
 
@@ -308,7 +297,7 @@ func (a *actor) startShell(ef core.StartShell) {
 	}
 	cg := a.rt.cgroupFor(a.id, "task-"+string(ef.Task))
 	env := toolEnv{session: a.id, sessionDir: a.rt.sessionDir(a.id), roots: a.state.Session.Roots(), perms: a.state.Session.Permissions.Clone()}
-	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, OutputPath: out, Env: a.rt.commandEnv(), Cgroup: cg, Wrap: a.rt.wrapFor(env)})
+	p, err := shell.Start(shell.Spec{Command: ef.Command, Dir: ef.Cwd, Timeout: ef.Timeout, Clock: a.rt.clock, OutputPath: out, Env: a.rt.commandEnv(), Cgroup: cg, Wrap: a.rt.wrapFor(env)})
 	if err != nil {
 		go a.submitEffect(core.ShellStartFailed{Task: ef.Task, Error: err.Error()})
 		return

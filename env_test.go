@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
 )
@@ -43,11 +42,11 @@ agents:
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cwd := t.TempDir()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "go", Cwd: cwd, Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: cwd, Permissions: Permissions{Mode: PermBypass}})
 	must(t, err)
-	must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+	must(t, rt.WaitQuiescent(ctx, sess.ID))
 	var tr bytes.Buffer
-	must(t, rt.Transcript(ctx, string(sess.ID), "main", &tr))
+	must(t, rt.Transcript(ctx, &tr, &TranscriptParams{Session: sess.ID, Agent: "main"}))
 	bg := readFile(t, cwd+"/bg.env")
 	for _, out := range []string{tr.String(), bg} {
 		for k, v := range secrets {

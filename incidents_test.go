@@ -18,14 +18,14 @@ func TestIncident000FiveRoundsAllRepliesDelivered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, _ := openScript(t, "internal/examples/incident-000.yaml")
 		ctx := context.Background()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Run five rounds", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Run five rounds", Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+		if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
 			t.Fatal(err)
 		}
-		s, _ := rt.State(ctx, string(sess.ID))
+		s, _ := rt.State(ctx, sess.ID)
 		checkDelivered(t, s)
 		worker := s.Agent("worker")
 		if len(worker.Runs) != 6 {
@@ -64,17 +64,17 @@ func TestIncident003IdleSessionWakes(t *testing.T) {
 		rt, _ := openScript(t, "internal/examples/incident-003.yaml")
 		ctx := context.Background()
 		start := time.Now()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Watch the build", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Watch the build", Cwd: t.TempDir(), Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+		if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
 			t.Fatal(err)
 		}
 		if waited := time.Since(start); waited < 2*time.Hour {
 			t.Errorf("the two-hour wakeup fired after %s", waited)
 		}
-		s, _ := rt.State(ctx, string(sess.ID))
+		s, _ := rt.State(ctx, sess.ID)
 		checkDelivered(t, s)
 		main := s.Agents[core.MainAgent]
 		if len(main.Runs) != 3 {
@@ -89,9 +89,9 @@ func TestIncident003IdleSessionWakes(t *testing.T) {
 		if r := main.Runs[2]; r.Kind != core.RunKind(core.KindTimer) || !strings.Contains(r.Reply, "Two hours passed") {
 			t.Errorf("run 3: %s %q", r.Kind, r.Reply)
 		}
-		out, _, err := rt.TaskOutput(ctx, string(sess.ID), "t1", 0, 0)
-		if err != nil || !strings.Contains(string(out), "WATCHDOG-OK") {
-			t.Errorf("watchdog output %q, %v", out, err)
+		out, err := rt.TaskOutput(ctx, sess.ID, &TaskOutputParams{Task: "t1"})
+		if err != nil || !strings.Contains(string(out.Data), "WATCHDOG-OK") {
+			t.Errorf("watchdog output %+v, %v", out, err)
 		}
 	})
 }
@@ -104,14 +104,14 @@ func TestIncident002WakeWhileFinishingIsNeverHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, _ := openScript(t, "internal/examples/incident-002.yaml")
 		ctx := context.Background()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "start", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "start", Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := string(sess.ID)
+		id := sess.ID
 		synctest.Wait() // main's first round is in flight (it answers after 1s)
-		must(t, rt.Hold(ctx, id, "alice", "reviewing"))
-		if _, err := rt.Prompt(ctx, id, "a held question", core.PriorityNext); err != nil {
+		must(t, rt.Hold(ctx, id, &HoldParams{By: "alice", Reason: "reviewing"}))
+		if _, err := rt.Prompt(ctx, id, &PromptParams{Text: "a held question"}); err != nil {
 			t.Fatal(err)
 		}
 		must(t, rt.ProviderWake(ctx, id, string(core.MainAgent), "background task A completed"))
@@ -133,8 +133,11 @@ func TestIncident002WakeWhileFinishingIsNeverHeld(t *testing.T) {
 		if main.Gate != nil {
 			t.Errorf("gate still held: %+v", main.Gate)
 		}
-		st, _ := rt.Status(ctx, id)
-		if len(st) != 1 || st[0].Held != 1 || !strings.Contains(st[0].Reason, "held by alice") {
+		status, err := rt.SessionStatus(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := status.Inboxes; len(st) != 1 || st[0].Held != 1 || !strings.Contains(st[0].Reason, "held by alice") {
 			t.Errorf("status: %+v", st)
 		}
 		must(t, rt.Resume(ctx, id, "alice"))

@@ -158,14 +158,14 @@ func longSessionOverWire(t *testing.T, name string, p provider.Provider, srv *pr
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "work through the notes", Cwd: dir, Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "work through the notes", Cwd: dir, Permissions: Permissions{Mode: PermBypass}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+	if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := rt.State(ctx, string(sess.ID))
+	s, _ := rt.State(ctx, sess.ID)
 	checkDelivered(t, s)
 	main := s.Agents[core.MainAgent]
 	if main.Runs[0].Status != core.RunCompleted || main.Runs[0].Reply != "All rounds done." {
@@ -208,7 +208,7 @@ func longSessionOverWire(t *testing.T, name string, p provider.Provider, srv *pr
 	// The compaction cost, as the closing note reports it.
 	var took time.Duration
 	var started time.Time
-	events, err := rt.Events(ctx, string(sess.ID), 0)
+	events, err := rt.coreEvents(ctx, sess.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func (p *outageProxy) setDown(down bool) {
 	}
 }
 
-// While the store is unavailable every request gets ErrStoreDown (the
+// While the store is unavailable every request gets ErrUnavailable (the
 // server's 503 store_unavailable), never "no such session", "another node
 // owns it" or an unclassified error; a session whose lease lapsed in the
 // outage is taken back when the store answers. Before: creating a session
@@ -198,17 +198,17 @@ func TestOutageAnswers(t *testing.T) {
 			rt := openWith(t, st, sc, func(o *Options) { o.Clock, o.LeaseTTL = clock, 30*time.Second })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "before"})
+			sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "before"})
 			must(t, err)
-			id := string(sess.ID)
+			id := sess.ID
 			must(t, rt.WaitQuiescent(ctx, id))
-			a, err := rt.actor(id)
+			a, err := rt.actor(string(id))
 			must(t, err)
 
 			setDown(true)
-			_, err = rt.CreateSession(ctx, SessionParams{Prompt: "during"})
+			_, err = rt.CreateSession(ctx, &SessionParams{Prompt: "during"})
 			wantStoreDown(t, "creating a session in the outage", err)
-			_, err = rt.Prompt(ctx, id, "during", core.PriorityNext)
+			_, err = rt.Prompt(ctx, id, &PromptParams{Text: "during"})
 			wantStoreDown(t, "a prompt in the outage", err)
 			// The outage outlasts the lease: renewals fail until it lapses
 			// and the session stops here.
@@ -220,11 +220,11 @@ func TestOutageAnswers(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the session did not stop after its lease lapsed")
 			}
-			_, err = rt.Prompt(ctx, id, "during, lease lapsed", core.PriorityNext)
+			_, err = rt.Prompt(ctx, id, &PromptParams{Text: "during, lease lapsed"})
 			wantStoreDown(t, "a prompt after the lease lapsed", err)
 
 			setDown(false)
-			if _, err := rt.Prompt(ctx, id, "after", core.PriorityNext); err != nil {
+			if _, err := rt.Prompt(ctx, id, &PromptParams{Text: "after"}); err != nil {
 				t.Fatalf("a prompt once the store answers again: %v", err)
 			}
 			must(t, rt.WaitQuiescent(ctx, id))
@@ -239,10 +239,10 @@ func TestOutageAnswers(t *testing.T) {
 
 func wantStoreDown(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrStoreDown) {
-		t.Fatalf("%s: %v; want ErrStoreDown (503 store_unavailable)", what, err)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("%s: %v; want ErrUnavailable (503 store_unavailable)", what, err)
 	}
-	if errors.Is(err, ErrNoSession) || errors.Is(err, ErrSessionMoved) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrMoved) {
 		t.Fatalf("%s: %v also claims the session is gone or moved", what, err)
 	}
 }

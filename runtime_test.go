@@ -92,14 +92,14 @@ func TestCoordinatorScenario(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, _ := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+		if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
 			t.Fatal(err)
 		}
-		s, err := rt.State(ctx, string(sess.ID))
+		s, err := rt.State(ctx, sess.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,13 +134,13 @@ func TestTranscriptJSONL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, _ := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+		must(t, rt.WaitQuiescent(ctx, sess.ID))
 		var b strings.Builder
-		must(t, rt.Transcript(ctx, string(sess.ID), "w2", &b))
+		must(t, rt.Transcript(ctx, &b, &TranscriptParams{Session: sess.ID, Agent: "w2"}))
 		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 		var ops []string
 		for _, l := range lines {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
@@ -41,7 +40,7 @@ agents:
 	}
 	must(t, os.WriteFile(filepath.Join(data, "token"), []byte("SECRET-TOKEN"), 0o600))
 	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.DataDir = data })
-	if iso := rt.Isolation(); iso.Sandbox != sandbox.WorkspaceWrite {
+	if iso := rt.Isolation(); iso.Sandbox != string(sandbox.WorkspaceWrite) {
 		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
 			t.Fatalf("the default sandbox is %s here: %s", iso.Sandbox, iso.Warning)
 		}
@@ -49,11 +48,11 @@ agents:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "go", Cwd: cwd, Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: cwd, Permissions: Permissions{Mode: PermBypass}})
 	must(t, err)
-	must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+	must(t, rt.WaitQuiescent(ctx, sess.ID))
 	var tr bytes.Buffer
-	must(t, rt.Transcript(ctx, string(sess.ID), "main", &tr))
+	must(t, rt.Transcript(ctx, &tr, &TranscriptParams{Session: sess.ID, Agent: "main"}))
 	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "keep" {
 		t.Errorf("a command removed a file outside the session's directory: %v", err)
 	}
@@ -98,7 +97,7 @@ agents:
 `))
 	must(t, err)
 	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.Sandbox.Protect = []string{conf} })
-	if rt.Isolation().Sandbox != sandbox.WorkspaceWrite {
+	if rt.Isolation().Sandbox != string(sandbox.WorkspaceWrite) {
 		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
 			t.Fatalf("no sandbox here: %s", rt.Isolation().Warning)
 		}
@@ -106,11 +105,11 @@ agents:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "go", Cwd: link, Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: link, Permissions: Permissions{Mode: PermBypass}})
 	must(t, err)
-	must(t, rt.WaitQuiescent(ctx, string(sess.ID)))
+	must(t, rt.WaitQuiescent(ctx, sess.ID))
 	var tr bytes.Buffer
-	must(t, rt.Transcript(ctx, string(sess.ID), "main", &tr))
+	must(t, rt.Transcript(ctx, &tr, &TranscriptParams{Session: sess.ID, Agent: "main"}))
 	if b, err := os.ReadFile(filepath.Join(real, "inside.txt")); err != nil || string(b) != "ok\n" {
 		t.Errorf("a command could not write a symlinked working directory: %q, %v\n%s", b, err, tr.String())
 	}

@@ -8,7 +8,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -19,20 +18,20 @@ func TestFullDiskPausesAndResumes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, st := openScript(t, "internal/examples/coordinator.yaml")
 		ctx := context.Background()
-		sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := string(sess.ID)
+		id := sess.ID
 		synctest.Wait() // the workers' slow rounds are in flight
-		before, _ := st.LastSeq(ctx, id)
+		before, _ := st.LastSeq(ctx, string(id))
 		st.FailWrites(store.ErrFull)
 		time.Sleep(1500 * time.Millisecond) // w1 answers into the full disk
-		_, err = rt.Prompt(ctx, id, "are you there?", core.PriorityNext)
-		if !errors.Is(err, ErrStoreDown) || !strings.Contains(err.Error(), "storage full") || !strings.Contains(err.Error(), "nothing of this request was kept") {
+		_, err = rt.Prompt(ctx, id, &PromptParams{Text: "are you there?"})
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "storage full") || !strings.Contains(err.Error(), "nothing of this request was kept") {
 			t.Fatalf("prompt during a full disk: %v", err)
 		}
-		if after, _ := st.LastSeq(ctx, id); after != before {
+		if after, _ := st.LastSeq(ctx, string(id)); after != before {
 			t.Fatalf("events were committed while the disk was full: %d -> %d", before, after)
 		}
 		st.FailWrites(nil)
@@ -43,7 +42,7 @@ func TestFullDiskPausesAndResumes(t *testing.T) {
 			t.Fatalf("%d notifications after the disk had room again, want 5", len(s.NoteOrder))
 		}
 		// The state the runtime holds is the one the store rebuilds.
-		stored, err := loadState(ctx, st, id)
+		stored, err := loadState(ctx, st, string(id))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,17 +2,11 @@ package vigil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/vigilrun/vigil/store"
 )
-
-// ErrBehind ends a subscription made with SubscribeParams.CutBehind whose
-// subscriber fell so far behind the live events that its buffer filled. It
-// resumes after the last event it received.
-var ErrBehind = errors.New("the subscriber fell behind the live events")
 
 const (
 	// DefaultSubscriptionBuffer is how many bytes of live events a
@@ -185,7 +179,7 @@ func (a *actor) publish(recs []store.Record) {
 // the store fails, or (with SubscribeParams.CutBehind) the subscriber falls
 // behind; Err says which.
 type Subscription struct {
-	C <-chan store.Record
+	C <-chan Event
 	// Start is the position the stream starts after: the requested one,
 	// or with SubscribeParams.FromNow the end of the stream when it was
 	// made.
@@ -202,7 +196,7 @@ func (s *Subscription) Close() {
 }
 
 // Err waits for the subscription to end and says why: nil when its context
-// ended or the session stopped here, an error wrapping ErrBehind when the
+// ended or the session stopped here, an error wrapping errBehind when the
 // subscriber fell behind (SubscribeParams.CutBehind), or the store's error.
 func (s *Subscription) Err() error {
 	<-s.done
@@ -213,13 +207,13 @@ func (s *Subscription) Err() error {
 type SubscribeParams struct {
 	// Session is the session whose events to stream, by Seq; empty streams
 	// every session's events, by Global.
-	Session string
+	Session SessionID
 	// After is the position to start after (0: from the beginning).
 	After int64
 	// FromNow starts at the current end of the stream instead of After:
 	// only events committed from now on.
 	FromNow bool
-	// CutBehind ends the subscription with ErrBehind when its live buffer
+	// CutBehind ends the subscription with errBehind when its live buffer
 	// fills, instead of reading the store again until the subscriber
 	// catches up: for an edge that tells its client to reconnect.
 	CutBehind bool
@@ -228,23 +222,20 @@ type SubscribeParams struct {
 	Buffer int64
 }
 
-// Subscribe streams a session's events with Seq > after.
-func (r *Runtime) Subscribe(ctx context.Context, session string, after int64) (*Subscription, error) {
-	return r.subscribeSession(ctx, &SubscribeParams{Session: session, After: after})
-}
-
-// SubscribeAll streams every session's events with Global > after.
-func (r *Runtime) SubscribeAll(ctx context.Context, after int64) *Subscription {
-	p := &SubscribeParams{After: after}
-	return r.subscribeAll(ctx, p, r.allSubs.add(bufferOf(p)), after)
-}
-
-// SubscribeEvents streams the events p chooses. Memory is bounded: the
-// history is read from the store in pages of about 64 KiB, and at most
+// Subscribe streams the events p chooses: first those after p.After read
+// from the store, then live ones, in order, none twice. Memory is bounded:
+// the history is read from the store in pages of about 64 KiB, and at most
 // p.Buffer bytes of live events wait for a busy subscriber.
-func (r *Runtime) SubscribeEvents(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
+func (r *Runtime) Subscribe(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
+	if p == nil {
+		p = &SubscribeParams{}
+	}
+	if p.After < 0 {
+		return nil, invalidf("after=%d: want 0 or more", p.After)
+	}
 	if p.Session != "" {
-		return r.subscribeSession(ctx, p)
+		sub, err := r.subscribeSession(ctx, p)
+		return sub, wrapErr(err)
 	}
 	l := r.allSubs.add(bufferOf(p))
 	after := p.After
@@ -252,7 +243,7 @@ func (r *Runtime) SubscribeEvents(ctx context.Context, p *SubscribeParams) (*Sub
 		var err error
 		if after, err = r.lastGlobal(ctx); err != nil {
 			r.allSubs.remove(l)
-			return nil, fmt.Errorf("find the end of the event stream: %w", err)
+			return nil, wrapErr(fmt.Errorf("find the end of the event stream: %w", err))
 		}
 	}
 	return r.subscribeAll(ctx, p, l, after), nil
@@ -265,7 +256,7 @@ func (r *Runtime) subscribeAll(ctx context.Context, p *SubscribeParams, l *liste
 }
 
 func (r *Runtime) subscribeSession(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
-	session := p.Session
+	session := string(p.Session)
 	a, err := r.actor(session)
 	if err != nil {
 		if _, gerr := r.st.SessionGet(ctx, session); gerr != nil {
@@ -343,11 +334,11 @@ func (r *Runtime) lastGlobal(ctx context.Context) (int64, error) {
 // registered on f, so that nothing committed after the call is missed);
 // whenever it sees a gap it reads the store again. A listener cut off for
 // falling behind is replaced and the store read again, or with
-// p.CutBehind the subscription ends with ErrBehind.
+// p.CutBehind the subscription ends with errBehind.
 func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(ctx context.Context, last int64, limit int) ([]store.Record, error),
 	pos func(store.Record) int64, after int64, contiguous bool, p *SubscribeParams) *Subscription {
 	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan store.Record, subscriptionQueue)
+	out := make(chan Event, subscriptionQueue)
 	s := &Subscription{C: out, Start: after, cancel: cancel, done: make(chan struct{})}
 	buffer, cutBehind := bufferOf(p), p.CutBehind
 	go func() {
@@ -362,7 +353,7 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(
 		limit := firstPage
 		send := func(rec store.Record) bool {
 			select {
-			case out <- rec:
+			case out <- eventOut(rec):
 				last = pos(rec)
 				return true
 			case <-ctx.Done():
@@ -370,7 +361,7 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(
 			}
 		}
 		behind := func() {
-			s.err = fmt.Errorf("%w: more than %d bytes of events were waiting for it (it resumes after %d)", ErrBehind, buffer, last)
+			s.err = fmt.Errorf("%w: more than %d bytes of events were waiting for it (it resumes after %d)", errBehind, buffer, last)
 		}
 		// catchUp pages through the store until it has sent all it holds.
 		catchUp := func() bool {

@@ -66,35 +66,35 @@ func TestTextNoStoreKeeps(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 
-			_, err = rt.CreateSession(ctx, SessionParams{Title: "a\x00b", Cwd: t.TempDir()})
+			_, err = rt.CreateSession(ctx, &SessionParams{Title: "a\x00b", Cwd: t.TempDir()})
 			wantInvalid(t, "a title with a NUL", err, "title: contains a NUL byte at offset 1")
-			_, err = rt.CreateSession(ctx, SessionParams{Prompt: "go\xff", Cwd: t.TempDir()})
+			_, err = rt.CreateSession(ctx, &SessionParams{Prompt: "go\xff", Cwd: t.TempDir()})
 			wantInvalid(t, "a prompt with invalid UTF-8", err, "prompt: invalid UTF-8 at offset 2")
 
-			sess, err := rt.CreateSession(ctx, SessionParams{Title: "nul", Prompt: "go", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
+			sess, err := rt.CreateSession(ctx, &SessionParams{Title: "nul", Prompt: "go", Cwd: t.TempDir(), Permissions: Permissions{Mode: PermBypass}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := string(sess.ID)
+			id := sess.ID
 			must(t, rt.WaitQuiescent(ctx, id))
-			_, err = rt.Prompt(ctx, id, "a\x00b", core.PriorityNext)
+			_, err = rt.Prompt(ctx, id, &PromptParams{Text: "a\x00b"})
 			wantInvalid(t, "a prompt with a NUL", err, "text: contains a NUL byte at offset 1")
-			_, err = rt.Message(ctx, id, "main", "\xc3", core.PriorityNext)
+			_, err = rt.Message(ctx, id, &MessageParams{To: "main", Text: "\xc3", Priority: PriorityNext})
 			wantInvalid(t, "a message with invalid UTF-8", err, "text: invalid UTF-8 at offset 0")
-			if _, err := rt.Prompt(ctx, id, "still there?", core.PriorityNext); err != nil {
+			if _, err := rt.Prompt(ctx, id, &PromptParams{Text: "still there?"}); err != nil {
 				t.Fatalf("a good prompt after the refused ones: %v", err)
 			}
 			must(t, rt.WaitQuiescent(ctx, id))
 
 			var tr bytes.Buffer
-			must(t, rt.Transcript(ctx, id, "main", &tr))
+			must(t, rt.Transcript(ctx, &tr, &TranscriptParams{Session: id, Agent: "main"}))
 			for _, want := range []string{"a\uFFFDb", "x\uFFFDy\uFFFDz", "answered: still there?"} {
 				if !strings.Contains(tr.String(), want) {
 					t.Errorf("transcript lacks %q:\n%s", want, tr.String())
 				}
 			}
 			// What the store rebuilds is what the runtime holds.
-			stored, err := loadState(ctx, st, id)
+			stored, err := loadState(ctx, st, string(id))
 			must(t, err)
 			live, err := rt.State(ctx, id)
 			must(t, err)
@@ -107,7 +107,7 @@ func TestTextNoStoreKeeps(t *testing.T) {
 
 func wantInvalid(t *testing.T, what string, err error, msg string) {
 	t.Helper()
-	if core.ErrorCodeOf(err) != core.CodeInvalid || !strings.Contains(err.Error(), msg) {
+	if CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), msg) {
 		t.Fatalf("%s: %v; want an invalid error saying %q", what, err, msg)
 	}
 }
@@ -136,18 +136,18 @@ func (s *refusingStore) EventAppend(ctx context.Context, p *store.EventAppendPar
 // result and the run goes on; a model reply it refuses is a failed call,
 // retried within the agent's retry budget and then blocked with the reason.
 func TestRefusedCommitDoesNotJam(t *testing.T) {
-	run := func(t *testing.T, scenario string) (*Runtime, *refusingStore, string) {
+	run := func(t *testing.T, scenario string) (*Runtime, *refusingStore, SessionID) {
 		sc, err := script.Parse([]byte(scenario))
 		if err != nil {
 			t.Fatal(err)
 		}
 		st := &refusingStore{Store: memstore.New(), marker: []byte("UNSTORABLE")}
 		rt := openWith(t, st, sc, nil)
-		sess, err := rt.CreateSession(context.Background(), SessionParams{Prompt: "go", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(context.Background(), &SessionParams{Prompt: "go", Cwd: t.TempDir(), Permissions: Permissions{Mode: PermBypass}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := string(sess.ID)
+		id := sess.ID
 		must(t, rt.WaitQuiescent(context.Background(), id))
 		return rt, st, id
 	}
@@ -168,13 +168,13 @@ agents:
 				t.Fatalf("the refused append was tried %d times, want twice", st.refused)
 			}
 			var tr bytes.Buffer
-			must(t, rt.Transcript(context.Background(), id, "main", &tr))
+			must(t, rt.Transcript(context.Background(), &tr, &TranscriptParams{Session: id, Agent: "main"}))
 			for _, want := range []string{"vigil could not store this outcome", "went on after the tool"} {
 				if !strings.Contains(tr.String(), want) {
 					t.Fatalf("transcript lacks %q:\n%s", want, tr.String())
 				}
 			}
-			if _, err := rt.Prompt(context.Background(), id, "next", core.PriorityNext); err != nil {
+			if _, err := rt.Prompt(context.Background(), id, &PromptParams{Text: "next"}); err != nil {
 				t.Fatalf("a prompt after the refusal: %v", err)
 			}
 			must(t, rt.WaitQuiescent(context.Background(), id))

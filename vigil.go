@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/clock"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/internal/shell"
@@ -33,26 +34,16 @@ import (
 	"github.com/vigilrun/vigil/store"
 )
 
-// Clock tells time and runs functions later. Tests inject a fake or run in a
-// testing/synctest bubble with the real one.
-type Clock interface {
-	Now() time.Time
-	AfterFunc(d time.Duration, f func()) Timer
-}
+// Clock tells time and runs functions later: the runtime's timers, the
+// commands' timeouts and every timestamp read it. Tests inject a fake or
+// run in a testing/synctest bubble with the real one.
+type Clock = clock.Clock
 
 // Timer is a function scheduled by a Clock.
-type Timer interface{ Stop() bool }
-
-type realClock struct{}
-
-// Now implements Clock.
-func (realClock) Now() time.Time { return time.Now() }
-
-// AfterFunc implements Clock.
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+type Timer = clock.Timer
 
 // RealClock is the system clock.
-func RealClock() Clock { return realClock{} }
+func RealClock() Clock { return clock.Real() }
 
 // Options configures a Runtime. Nil and zero fields mean defaults.
 type Options struct {
@@ -75,7 +66,7 @@ type Options struct {
 	Node string
 	// Adopt says which open sessions of the store this runtime takes over,
 	// at Open and whenever their owner goes away; nil means all of them.
-	Adopt func(store.SessionRow) bool
+	Adopt func(SessionSummary) bool
 	// LeaseTTL is how long a session lease lasts without renewal (30s).
 	LeaseTTL time.Duration
 	// Core sets the core's limits.
@@ -104,34 +95,6 @@ type Options struct {
 	// can.
 	Sandbox Sandbox
 }
-
-// Observer receives measurements from the runtime. Implementations must be
-// safe for concurrent use and fast.
-type Observer interface {
-	// Committed is called after each commit with the events it held.
-	Committed(session string, events []core.Event)
-	// Dropped is called for every drop, with its reason.
-	Dropped(session, what, reason string)
-	// ModelCall is called when a model call ends.
-	ModelCall(provider string, d time.Duration, err error)
-}
-
-// Errors the runtime returns besides the core's and the store's.
-var (
-	// ErrNoSession: no session with that id.
-	ErrNoSession = errors.New("no such session")
-	// ErrRecovering: the session is being taken over (after a restart or
-	// a store outage) at this moment; try again shortly.
-	ErrRecovering = errors.New("session is being recovered; try again")
-	// ErrSessionMoved: another node took the session's lease.
-	ErrSessionMoved = errors.New("session moved to another node (lease lost)")
-	// ErrStoreDown: the store refused a commit; nothing of the request was
-	// kept. The session retries what it must and continues once the store
-	// accepts writes again.
-	ErrStoreDown = errors.New("store unavailable")
-	// ErrClosed: the runtime was closed.
-	ErrClosed = errors.New("runtime closed")
-)
 
 // Runtime runs sessions.
 type Runtime struct {
@@ -165,7 +128,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, errors.New("vigil: Options.Store is required")
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.Real()
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -177,7 +140,7 @@ func Open(ctx context.Context, opts Options) (*Runtime, error) {
 		opts.Node = defaultNode()
 	}
 	if opts.Adopt == nil {
-		opts.Adopt = func(store.SessionRow) bool { return true }
+		opts.Adopt = func(SessionSummary) bool { return true }
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 30 * time.Second
@@ -251,14 +214,14 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		_, mine := r.actors[core.SessionID(row.ID)]
 		closed := r.closed
 		r.mu.Unlock()
-		if mine || closed || !r.opts.Adopt(row) {
+		if mine || closed || !r.opts.Adopt(summaryOut(row)) {
 			continue
 		}
 		_, err := r.adopt(ctx, core.SessionID(row.ID))
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, errRuntimeDone) {
 			return nil
 		}
-		if errors.Is(err, ErrRecovering) {
+		if errors.Is(err, errRecovering) {
 			continue
 		}
 		if errors.Is(err, store.ErrLeaseHeld) {
@@ -277,17 +240,17 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 }
 
 // adopt takes a session over and registers its actor, unless this runtime
-// already has it (its actor is returned) or is taking it over (ErrRecovering).
+// already has it (its actor is returned) or is taking it over (errRecovering).
 func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errRuntimeDone
 	}
 	if a, taken := r.actors[id]; taken {
 		r.mu.Unlock()
 		if a == nil {
-			return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
+			return nil, fmt.Errorf("session %s: %w", id, errRecovering)
 		}
 		return a, nil
 	}
@@ -308,7 +271,7 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 	r.mu.Unlock()
 	if err == nil && closed {
 		a.stop()
-		return nil, ErrClosed
+		return nil, errRuntimeDone
 	}
 	return a, err
 }
@@ -363,7 +326,7 @@ func loadState(ctx context.Context, st store.Store, id string) (*core.State, err
 			return nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
 		}
 		for _, rec := range recs {
-			e, err := DecodeEvent(rec)
+			e, err := decodeEvent(rec)
 			if err != nil {
 				return nil, err
 			}
@@ -374,13 +337,13 @@ func loadState(ctx context.Context, st store.Store, id string) (*core.State, err
 		}
 	}
 	if s.Session.ID == "" {
-		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+		return nil, fmt.Errorf("session %s: %w", id, errNoSession)
 	}
 	return s, nil
 }
 
 // DecodeEvent decodes a stored record into a core event.
-func DecodeEvent(rec store.Record) (core.Event, error) {
+func decodeEvent(rec store.Record) (core.Event, error) {
 	body, err := core.DecodeBody(rec.Type, rec.Data)
 	if err != nil {
 		return core.Event{}, fmt.Errorf("event %s#%d: %w", rec.Session, rec.Seq, err)
@@ -460,7 +423,7 @@ func (r *Runtime) actor(id string) (*actor, error) {
 	r.mu.Unlock()
 	switch {
 	case closed:
-		return nil, ErrClosed
+		return nil, errRuntimeDone
 	case a != nil:
 		return a, nil
 	case reserved:
@@ -491,42 +454,42 @@ func (r *Runtime) waitTakeover(id string) (*actor, error) {
 	if a := r.actors[core.SessionID(id)]; a != nil {
 		return a, nil
 	}
-	return nil, fmt.Errorf("session %s: %w", id, ErrRecovering)
+	return nil, fmt.Errorf("session %s: %w", id, errRecovering)
 }
 
 // reclaim answers for a session this runtime has no actor for. The store
 // says whether it exists; an open one whose owner is gone (this node
 // itself, when its lease lapsed during a store outage) is taken over now,
 // so a client never takes a session for deleted because the store was
-// away. The answer is ErrStoreDown while the store cannot say,
-// ErrNoSession for a session it does not hold (or a closed one), and
-// ErrSessionMoved when another live node holds it.
+// away. The answer is errStoreDown while the store cannot say,
+// errNoSession for a session it does not hold (or a closed one), and
+// errMoved when another live node holds it.
 func (r *Runtime) reclaim(id string) (*actor, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
 	row, err := r.st.SessionGet(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+		return nil, fmt.Errorf("session %s: %w", id, errNoSession)
 	case err != nil:
-		return nil, fmt.Errorf("session %s: %w: %v", id, ErrStoreDown, err)
+		return nil, fmt.Errorf("session %s: %w: %v", id, errStoreDown, err)
 	case row.Closed:
-		return nil, fmt.Errorf("session %s: %w (it is closed)", id, ErrNoSession)
-	case !r.opts.Adopt(*row):
-		return nil, fmt.Errorf("session %s: %w (this node does not serve it)", id, ErrSessionMoved)
+		return nil, fmt.Errorf("session %s: %w (it is closed)", id, errNoSession)
+	case !r.opts.Adopt(summaryOut(*row)):
+		return nil, fmt.Errorf("session %s: %w (this node does not serve it)", id, errMoved)
 	}
 	a, err := r.adopt(ctx, core.SessionID(id))
 	switch {
 	case err == nil:
 		return a, nil
 	case errors.Is(err, store.ErrLeaseHeld):
-		return nil, fmt.Errorf("session %s: %w", id, ErrSessionMoved)
-	case errors.Is(err, ErrRecovering):
+		return nil, fmt.Errorf("session %s: %w", id, errMoved)
+	case errors.Is(err, errRecovering):
 		return r.waitTakeover(id)
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, errRuntimeDone):
 		return nil, err
 	}
-	return nil, fmt.Errorf("session %s: %w: %v", id, ErrStoreDown, err)
+	return nil, fmt.Errorf("session %s: %w: %v", id, errStoreDown, err)
 }
 
 // sessionDir is where a session's files live.

@@ -50,14 +50,14 @@ func runOverWire(t *testing.T, name string, p provider.Provider, srv *providerte
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "Build the release", Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.WaitQuiescent(ctx, string(sess.ID)); err != nil {
+	if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := rt.State(ctx, string(sess.ID))
+	s, _ := rt.State(ctx, sess.ID)
 	checkDelivered(t, s)
 	var replies []string
 	for _, n := range notes(s) {
@@ -155,12 +155,12 @@ func failedRunsOverWire(t *testing.T, name string, p provider.Provider, srv *pro
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sess, err := rt.CreateSession(ctx, SessionParams{Prompt: "start two commands", Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "start two commands", Permissions: Permissions{Mode: PermBypass}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := string(sess.ID)
-	sub, err := rt.Subscribe(ctx, id, 0)
+	id := sess.ID
+	sub, err := rt.Subscribe(ctx, &SubscribeParams{Session: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func failedRunsOverWire(t *testing.T, name string, p provider.Provider, srv *pro
 	} {
 		if i > 0 {
 			fw.phase.Store(step.phase)
-			if err := rt.RetryAgent(ctx, id, "main", "test"); err != nil {
+			if err := rt.RetryAgent(ctx, id, &AgentActionParams{Agent: "main", By: "test"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -243,7 +243,7 @@ func failedRunsOverWire(t *testing.T, name string, p provider.Provider, srv *pro
 	}
 	// Every backoff of the session, from its log.
 	var retries []core.Retry
-	all, err := rt.Subscribe(ctx, id, 0)
+	all, err := rt.Subscribe(ctx, &SubscribeParams{Session: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func failedRunsOverWire(t *testing.T, name string, p provider.Provider, srv *pro
 	}
 
 	fw.phase.Store(wireAccept)
-	if err := rt.RetryAgent(ctx, id, "main", "test"); err != nil {
+	if err := rt.RetryAgent(ctx, id, &AgentActionParams{Agent: "main", By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.WaitQuiescent(ctx, id); err != nil {

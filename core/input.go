@@ -233,6 +233,28 @@ type ExecTool struct {
 	Input json.RawMessage
 }
 
+// TaskOutputRequest is the Input of an ExecTool effect named TaskOutput:
+// read a shell task's output file, OutputPath relative to the session's
+// directory, from Offset, at most Limit bytes (0: the runtime's cap).
+type TaskOutputRequest struct {
+	TaskID     TaskID     `json:"task_id"`
+	OutputPath string     `json:"output_path"`
+	Status     TaskStatus `json:"status"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Offset     int64      `json:"offset,omitempty"`
+	Limit      int64      `json:"limit,omitempty"`
+}
+
+// TaskOutputResult is what the runtime answers a TaskOutput request with:
+// the model reads it as the tool's result.
+type TaskOutputResult struct {
+	TaskID     TaskID     `json:"task_id"`
+	Status     TaskStatus `json:"status"`
+	Output     string     `json:"output"`
+	NextOffset int64      `json:"next_offset"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+}
+
 // CancelTool asks the runtime to abandon a tool execution.
 type CancelTool struct {
 	Agent AgentID

@@ -328,16 +328,11 @@ func (st *stepper) taskBusy(t *Task) bool {
 // output file.
 func (st *stepper) answerTaskOutput(a *Agent, tc *ToolCall, t *Task) {
 	if t.Kind == TaskShell {
-		var in map[string]any
+		// The model's offset and limit, if any, and what the runtime needs
+		// to read the file.
+		var in TaskOutputRequest
 		_ = json.Unmarshal(tc.Input, &in)
-		if in == nil {
-			in = map[string]any{}
-		}
-		in["output_path"] = t.OutputPath
-		in["status"] = t.Status
-		if t.ExitCode != nil {
-			in["exit_code"] = *t.ExitCode
-		}
+		in.TaskID, in.OutputPath, in.Status, in.ExitCode = t.ID, t.OutputPath, t.Status, t.ExitCode
 		b, _ := json.Marshal(in)
 		st.emit(&ToolCallWaiting{Agent: a.ID, UseID: tc.UseID, Wait: WaitEffect})
 		st.effect(ExecTool{Agent: a.ID, Run: a.Run.Seq, UseID: tc.UseID, Name: "TaskOutput", Input: b})

@@ -3,10 +3,11 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/internal/permission"
 )
 
@@ -25,6 +26,7 @@ type ApprovalInfo struct {
 	Reason   string    `json:"reason,omitempty" jsonschema:"why it needs a person"`
 	Asked    time.Time `json:"asked"`
 	Deadline time.Time `json:"deadline" jsonschema:"denied at this time when nobody answers"`
+	Grants   string    `json:"grants,omitempty" jsonschema:"what answering always would allow from now on, in plain words"`
 }
 
 // PendingApprovalsOutput is pending_approvals' result.
@@ -56,20 +58,23 @@ func (s *Server) pendingApprovals(ctx context.Context, owner string, _ PendingAp
 	}
 	out := PendingApprovalsOutput{Approvals: []ApprovalInfo{}}
 	for _, row := range rows {
-		_ = s.owned(ctx, owner, row.ID, row.ID, func(st *core.State) error {
-			for _, p := range st.Approvals {
-				a := st.Agents[p.Agent]
-				info := ApprovalInfo{
-					ID: globalID(st.Session.ID, string(p.ID)), Agent: a.Name, Tool: p.Tool,
-					Call: permission.Describe(p.Tool, p.Input), Reason: p.Reason, Asked: p.Asked, Deadline: p.Deadline,
-				}
-				if a.Task != "" {
-					info.Task = globalID(st.Session.ID, string(a.Task))
-				}
-				out.Approvals = append(out.Approvals, info)
+		v, err := s.owned(ctx, owner, row.ID, string(row.ID), 0)
+		if err != nil {
+			continue // closed under us, or unreadable: the others still answer
+		}
+		for _, p := range v.Approvals {
+			info := ApprovalInfo{
+				ID: globalID(v.id, string(p.ID)), Tool: p.Tool, Call: permission.Describe(p.Tool, p.Input),
+				Reason: p.Reason, Asked: p.Asked, Deadline: p.Deadline, Grants: p.Grants,
 			}
-			return nil
-		})
+			if a := v.agents[p.Agent]; a != nil {
+				info.Agent = a.Name
+				if a.Task != "" {
+					info.Task = globalID(v.id, string(a.Task))
+				}
+			}
+			out.Approvals = append(out.Approvals, info)
+		}
 	}
 	return out, nil
 }
@@ -80,35 +85,30 @@ func (s *Server) approve(ctx context.Context, owner string, in ApproveInput) (Ap
 	if !ok || sess == "" || id == "" {
 		return ApproveOutput{}, fmt.Errorf("bad request id %q: want <session>/<request> as pending_approvals gives it", in.Approval)
 	}
-	var p *core.Approval
-	if err := s.owned(ctx, owner, sess, in.Approval, func(st *core.State) error {
-		if q := st.Approvals[core.ApprovalID(id)]; q != nil {
-			c := *q
-			p = &c
-		}
-		return nil
-	}); err != nil {
+	sid := vigil.SessionID(sess)
+	v, err := s.owned(ctx, owner, sid, in.Approval, 0)
+	if err != nil {
 		return ApproveOutput{}, err
 	}
-	if p == nil {
+	i := slices.IndexFunc(v.Approvals, func(p vigil.Approval) bool { return p.ID == vigil.ApprovalID(id) })
+	if i < 0 {
 		return ApproveOutput{}, fmt.Errorf("no pending request %s: it was answered, withdrawn or past its deadline", in.Approval)
 	}
+	p := v.Approvals[i]
 	out := ApproveOutput{Approval: in.Approval, Answer: in.Answer}
-	var err error
+	ans := &vigil.AnswerApprovalParams{Approval: p.ID, By: "mcp:" + owner, Reason: in.Reason}
 	switch in.Answer {
 	case "allow":
-		err = s.rt.AnswerApproval(ctx, sess, id, true, "mcp:"+owner, in.Reason)
+		ans.Allow = true
 	case "deny":
-		err = s.rt.AnswerApproval(ctx, sess, id, false, "mcp:"+owner, in.Reason)
 	case "always":
-		out.Rule, _ = permission.RuleFor(p.Tool, p.Input)
-		out.Grants, _ = permission.Grants(out.Rule)
-		err = s.rt.AnswerApprovalAlways(ctx, sess, id, "mcp:"+owner)
+		ans.Allow, ans.Always, ans.Reason = true, true, ""
+		out.Rule, out.Grants = p.AlwaysRule, p.Grants
 	default:
 		return ApproveOutput{}, fmt.Errorf("answer %q: want allow, always or deny", in.Answer)
 	}
-	if err != nil {
-		return ApproveOutput{}, s.actionErr(sess, err)
+	if err := s.rt.AnswerApproval(ctx, sid, ans); err != nil {
+		return ApproveOutput{}, toolErr(err)
 	}
 	return out, nil
 }

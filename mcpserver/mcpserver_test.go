@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil"
@@ -22,7 +20,6 @@ import (
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/server"
-	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 	"github.com/vigilrun/vigil/store/sqlite"
 )
@@ -46,18 +43,17 @@ func (w tWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// openRuntime opens a runtime on st with the scripted agents of
-// testdata/agents.yaml.
-func openRuntime(t testing.TB, ctx context.Context, st store.Store, dir string) *vigil.Runtime {
+// openRuntime opens a runtime with opts (its store and data directory)
+// and the scripted agents of testdata/agents.yaml.
+func openRuntime(t testing.TB, ctx context.Context, opts vigil.Options) *vigil.Runtime {
 	t.Helper()
 	sc, err := script.Load("testdata/agents.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := vigil.Open(ctx, vigil.Options{
-		Store: st, Providers: map[string]provider.Provider{"script": script.New(sc, nil)}, DefaultProvider: "script",
-		DataDir: dir, Logger: testLogger(t),
-	})
+	opts.Providers = map[string]provider.Provider{"script": script.New(sc, nil)}
+	opts.DefaultProvider, opts.Logger = "script", testLogger(t)
+	rt, err := vigil.Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +150,7 @@ func connectHTTP(t testing.TB, ctx context.Context, url, token, owner string) (*
 // runtime on the same SQLite store in the middle; the client reconnects
 // with the same owner (the Vigil-Owner header).
 func TestExactlyOnceOverHTTPWithRestart(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "vigil.db")
@@ -161,7 +158,7 @@ func TestExactlyOnceOverHTTPWithRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := openRuntime(t, ctx, st, dir)
+	rt := openRuntime(t, ctx, vigil.Options{Store: st, DataDir: dir})
 	h := startHTTP(t, rt, "127.0.0.1:0")
 	const owner = "owner-http"
 	cs, err := connectHTTP(t, ctx, h.URL, testToken, owner)
@@ -179,7 +176,7 @@ func TestExactlyOnceOverHTTPWithRestart(t *testing.T) {
 			if st, err = sqlite.Open(ctx, dbPath, nil); err != nil {
 				t.Fatal(err)
 			}
-			rt = openRuntime(t, ctx, st, dir)
+			rt = openRuntime(t, ctx, vigil.Options{Store: st, DataDir: dir})
 			h = startHTTP(t, rt, addr)
 			cs2, err := connectHTTP(t, ctx, h.URL, testToken, owner)
 			if err != nil {
@@ -196,8 +193,9 @@ func TestExactlyOnceOverHTTPWithRestart(t *testing.T) {
 
 // TestHTTPNeedsToken: /mcp is behind the server's bearer token.
 func TestHTTPNeedsToken(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
 	h := startHTTP(t, rt, "127.0.0.1:0")
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
@@ -232,6 +230,7 @@ func TestHTTPNeedsToken(t *testing.T) {
 
 // TestMCPDisabled: a server without MCP answers 404 at /mcp.
 func TestMCPDisabled(t *testing.T) {
+	t.Parallel()
 	srv := server.New(nil, server.Options{Token: testToken})
 	req, _ := http.NewRequest("POST", "/mcp", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer "+testToken)
@@ -259,8 +258,9 @@ func (r *recorder) WriteHeader(code int) { r.status = code }
 // TestScoping: caller B can neither see nor touch caller A's tasks, and
 // what it is told does not reveal that they exist.
 func TestScoping(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
 	h := startHTTP(t, rt, "127.0.0.1:0")
 	csA, err := connectHTTP(t, ctx, h.URL, testToken, "key-A")
@@ -345,8 +345,9 @@ func TestScoping(t *testing.T) {
 // TestSessionIdentity: without an owner key, an HTTP MCP session and a
 // stdio connection are each their own caller.
 func TestSessionIdentity(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
 	h := startHTTP(t, rt, "127.0.0.1:0")
 	cs1, err := connectHTTP(t, ctx, h.URL, testToken, "")
@@ -389,8 +390,9 @@ func TestSessionIdentity(t *testing.T) {
 // TestTools exercises each tool's semantics and errors on one stdio
 // connection.
 func TestTools(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
 	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me"})
 	t.Cleanup(func() { srv.Close() })
@@ -552,8 +554,9 @@ func TestTools(t *testing.T) {
 // TestWaitEndsAtClose: a wait in flight answers at once when the server
 // closes, with an error that says nothing was lost.
 func TestWaitEndsAtClose(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
 	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me"})
 	c := &mcptest.Client{CS: connectStdio(t, ctx, srv)}
@@ -580,10 +583,11 @@ func TestWaitEndsAtClose(t *testing.T) {
 // A spawned agent's permission request reaches the caller: pending_approvals
 // lists it, approve always runs it and adds the session rule.
 func TestApprovalsOverMCP(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	rt := openRuntime(t, ctx, memstore.New(), t.TempDir())
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
 	t.Cleanup(func() { rt.Close() })
-	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me", Cwd: t.TempDir(), Permissions: core.Permissions{Mode: core.PermAsk}})
+	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me", Cwd: t.TempDir(), Permissions: vigil.Permissions{Mode: vigil.PermAsk}})
 	t.Cleanup(func() { srv.Close() })
 	c := &mcptest.Client{CS: connectStdio(t, ctx, srv)}
 	sp, err := c.Spawn(ctx, "builder", "build it")
@@ -601,11 +605,13 @@ func TestApprovalsOverMCP(t *testing.T) {
 		var w mcpserver.WaitOutput
 		_ = c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0.05}, &w)
 	}
-	if len(pend.Approvals) != 1 || pend.Approvals[0].Call != "Bash(echo built)" || pend.Approvals[0].Task != sp.Task {
+	if len(pend.Approvals) != 1 || pend.Approvals[0].Call != "Bash(echo built)" || pend.Approvals[0].Task != sp.Task ||
+		pend.Approvals[0].Agent != "builder" || pend.Approvals[0].Grants == "" {
 		t.Fatalf("pending approvals: %+v", pend)
 	}
 	var ans mcpserver.ApproveOutput
-	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "always"}, &ans); err != nil || ans.Rule != "Bash(echo built)" {
+	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "always"}, &ans); err != nil ||
+		ans.Rule != "Bash(echo built)" || ans.Grants != pend.Approvals[0].Grants {
 		t.Fatalf("approve: %+v %v", ans, err)
 	}
 	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "deny"}, &ans); err == nil {
@@ -614,5 +620,41 @@ func TestApprovalsOverMCP(t *testing.T) {
 	var w mcpserver.WaitOutput
 	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 10}, &w); err != nil || len(w.Notifications) != 1 || !strings.Contains(w.Notifications[0].Reply, "builder:") {
 		t.Fatalf("wait after approve: %+v %v", w, err)
+	}
+}
+
+// TestWaitOnTimer: an agent whose run ended with a wakeup set is still
+// working: wait lists it as running and blocks until the wakeup's run
+// reports.
+func TestWaitOnTimer(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	rt := openRuntime(t, ctx, vigil.Options{Store: memstore.New(), DataDir: t.TempDir()})
+	t.Cleanup(func() { rt.Close() })
+	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t), Owner: "me"})
+	t.Cleanup(func() { srv.Close() })
+	c := &mcptest.Client{CS: connectStdio(t, ctx, srv)}
+	sp, err := c.Spawn(ctx, "sleeper", "nap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := mcptest.NewCollector()
+	w, err := col.Wait(ctx, c, nil, 30)
+	if err != nil || len(w.Notifications) != 1 || w.Notifications[0].Reply != "sleeper: a wakeup is set" {
+		t.Fatalf("first wait: %v %+v", err, w)
+	}
+	if len(w.Running) != 1 || w.Running[0].Task != sp.Task || w.Running[0].State != "waiting" {
+		t.Errorf("with its wakeup set, the task is not waiting: %+v", w.Running)
+	}
+	if w, err = col.Wait(ctx, c, nil, 30); err != nil || len(w.Notifications) != 1 || w.Notifications[0].ID != sp.Task+"#2" ||
+		!strings.HasPrefix(w.Notifications[0].Reply, "sleeper woke:") || !strings.Contains(w.Notifications[0].Reply, "wake up") {
+		t.Fatalf("the wakeup's run: %v %+v", err, w)
+	}
+	if err := col.Flush(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	var l mcpserver.ListOutput
+	if err := c.Call(ctx, "list_tasks", nil, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].State != "idle" || l.Tasks[0].Run != 2 || l.Tasks[0].LastStatus != "completed" {
+		t.Fatalf("list after the wakeup: %v %+v", err, l)
 	}
 }

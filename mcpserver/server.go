@@ -48,7 +48,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 )
 
 // OwnerHeader is the HTTP request header that names a caller's owner key on
@@ -73,7 +72,7 @@ type Options struct {
 	// Permissions are the tool rules of spawned agents; a zero mode means
 	// auto (allow rules decide, the rest is denied: nobody answers
 	// permission requests over MCP).
-	Permissions core.Permissions
+	Permissions vigil.Permissions
 	// DefaultWait is the timeout of a wait that gives none (2m); MaxWait
 	// caps it (1h).
 	DefaultWait time.Duration
@@ -121,7 +120,7 @@ func New(rt *vigil.Runtime, opts *Options) *Server {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Permissions.Mode == "" {
-		o.Permissions.Mode = core.PermAuto
+		o.Permissions.Mode = vigil.PermAuto
 	}
 	if o.DefaultWait <= 0 {
 		o.DefaultWait = 2 * time.Minute

@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // by is who the runtime records as the author of the callers' actions.
@@ -103,8 +102,8 @@ type TaskStatusOutput struct {
 	Why           []QueueStatus `json:"why,omitempty" jsonschema:"why each non-empty inbox is not draining"`
 	// Spent is what the agent's tree used (tokens by kind, rounds, run
 	// time, cost in micro-USD); Budget what the session allows.
-	Spent  core.Spend  `json:"spent" jsonschema:"what the agent and its subagents used: usage by token kind, rounds, run time (ns), cost_micros (micro-USD, priced models only)"`
-	Budget core.Budget `json:"budget" jsonschema:"the session's budget; when it is spent runs end budget_exceeded"`
+	Spent  vigil.Spend  `json:"spent" jsonschema:"what the agent and its subagents used: usage by token kind, rounds, run time (ns), cost_micros (micro-USD, priced models only)"`
+	Budget vigil.Budget `json:"budget" jsonschema:"the session's budget; when it is spent runs end budget_exceeded"`
 }
 
 // OutputInput is task_output's input.
@@ -363,10 +362,10 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 			return SpawnOutput{}, err
 		}
 	}
-	p := vigil.SessionParams{
+	p := &vigil.SessionParams{
 		Title: firstLine(in.Description, 60), Provider: in.Provider, Cwd: in.Cwd, Permissions: s.opts.Permissions,
 		Owner: owner, Caller: true,
-		Budget: core.Budget{Tokens: in.BudgetTokens, Rounds: in.BudgetRounds, Wall: time.Duration(in.BudgetSeconds) * time.Second, Cost: int64(in.BudgetUSD * 1e6)},
+		Budget: vigil.Budget{Tokens: in.BudgetTokens, Rounds: in.BudgetRounds, Wall: time.Duration(in.BudgetSeconds) * time.Second, CostMicros: int64(in.BudgetUSD * 1e6)},
 	}
 	if in.BudgetTokens < 0 || in.BudgetRounds < 0 || in.BudgetSeconds < 0 || in.BudgetUSD < 0 {
 		return SpawnOutput{}, errors.New("a budget's bounds are positive")
@@ -388,48 +387,49 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 	}
 	sess, err := s.rt.CreateSession(ctx, p)
 	if err != nil {
-		return SpawnOutput{}, fmt.Errorf("spawn: %w", s.actionErr("", err))
+		return SpawnOutput{}, fmt.Errorf("spawn: %w", toolErr(err))
 	}
-	sid := string(sess.ID)
+	sid := sess.ID
 	if name == "" {
-		name = sid
+		name = string(sid)
 	}
-	_, task, err := s.rt.Spawn(ctx, sid, vigil.SpawnParams{Name: name, Description: in.Description, Prompt: in.Prompt, Model: in.Model})
+	_, task, err := s.rt.Spawn(ctx, sid, &vigil.SpawnParams{Name: name, Description: in.Description, Prompt: in.Prompt, Model: in.Model})
 	if err != nil {
 		// Leave no empty session behind.
 		if cerr := s.rt.CloseSession(context.WithoutCancel(ctx), sid, by); cerr != nil {
 			s.log.Warn("could not close the session of a failed spawn", "session", sid, "err", cerr)
 		}
-		return SpawnOutput{}, fmt.Errorf("spawn: %w", s.actionErr(sid, err))
+		return SpawnOutput{}, fmt.Errorf("spawn: %w", toolErr(err))
 	}
 	s.spawnedNow(owner)
-	id := globalID(sess.ID, string(task))
+	id := globalID(sid, string(task))
 	s.log.Info("mcp: agent spawned", "task", id, "name", name)
 	return SpawnOutput{
-		Task: id, Session: sid, Agent: name, OwnerKey: owner,
+		Task: id, Session: string(sid), Agent: name, OwnerKey: owner,
 		Detail: fmt.Sprintf("%s is running in the background as task %s. Call wait to block until it reports; pass the ids wait returns in the ack of your next wait.", name, id),
 	}, nil
 }
 
 // findByName finds the caller's open task whose agent has this name.
-func (s *Server) findByName(ctx context.Context, owner, name string) (session string, agent core.AgentID, task string, err error) {
+func (s *Server) findByName(ctx context.Context, owner, name string) (session vigil.SessionID, agent vigil.AgentID, task string, err error) {
 	rows, err := s.sessions(ctx, owner, false)
 	if err != nil {
 		return "", "", "", err
 	}
 	var found []string
 	for _, row := range rows {
-		err := s.owned(ctx, owner, row.ID, row.ID, func(st *core.State) error {
-			for _, t := range callerTasks(st) {
-				if a := st.Agents[t.Agent]; a != nil && a.Name == name && a.State != core.AgentClosed {
-					session, agent = row.ID, a.ID
-					found = append(found, globalID(st.Session.ID, string(t.ID)))
-				}
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errNoTask) {
+		v, err := s.owned(ctx, owner, row.ID, string(row.ID), 0)
+		if errors.Is(err, errNoTask) {
+			continue
+		}
+		if err != nil {
 			return "", "", "", err
+		}
+		for _, t := range v.callerTasks() {
+			if a := v.agents[t.Agent]; a != nil && a.Name == name && a.State != vigil.AgentClosed {
+				session, agent = row.ID, a.ID
+				found = append(found, globalID(v.id, string(t.ID)))
+			}
 		}
 	}
 	switch len(found) {
@@ -445,12 +445,12 @@ func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (S
 	if strings.TrimSpace(in.Message) == "" {
 		return SendOutput{}, errors.New("message is empty")
 	}
-	prio, ok := core.ParsePriority(in.Priority)
+	prio, ok := vigil.ParsePriority(in.Priority)
 	if !ok {
 		return SendOutput{}, fmt.Errorf("priority %q: want now, next or later", in.Priority)
 	}
-	var session string
-	var agent core.AgentID
+	var session vigil.SessionID
+	var agent vigil.AgentID
 	switch {
 	case in.Task != "" && in.Agent != "":
 		return SendOutput{}, errors.New("give task or agent, not both")
@@ -459,30 +459,26 @@ func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (S
 		if err != nil {
 			return SendOutput{}, err
 		}
-		err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-			t := st.Tasks[ref.task]
-			if t == nil || t.Kind != core.TaskAgent || st.Agents[t.Agent] == nil {
-				return notFoundTask(in.Task)
-			}
-			session, agent = ref.session, t.Agent
-			return nil
-		})
+		v, err := s.owned(ctx, owner, ref.session, in.Task, 0)
 		if err != nil {
 			return SendOutput{}, err
 		}
+		t := v.tasks[ref.task]
+		if t == nil || t.Kind != vigil.TaskAgent || v.agents[t.Agent] == nil {
+			return SendOutput{}, notFoundTask(in.Task)
+		}
+		session, agent = ref.session, t.Agent
 	case strings.Contains(in.Agent, "/"):
 		sess, ref, _ := strings.Cut(in.Agent, "/")
-		err := s.owned(ctx, owner, sess, in.Agent, func(st *core.State) error {
-			a := agentByRef(st, ref)
-			if a == nil {
-				return fmt.Errorf("no agent %q", in.Agent)
-			}
-			session, agent = sess, a.ID
-			return nil
-		})
+		v, err := s.owned(ctx, owner, vigil.SessionID(sess), in.Agent, 0)
 		if err != nil {
 			return SendOutput{}, err
 		}
+		a := v.agent(ref)
+		if a == nil {
+			return SendOutput{}, fmt.Errorf("no agent %q", in.Agent)
+		}
+		session, agent = v.id, a.ID
 	case in.Agent != "":
 		var err error
 		if session, agent, _, err = s.findByName(ctx, owner, in.Agent); err != nil {
@@ -491,39 +487,38 @@ func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (S
 	default:
 		return SendOutput{}, errors.New("give the task (or the agent) to send the message to")
 	}
-	m, err := s.rt.Message(ctx, session, string(agent), in.Message, prio)
+	m, err := s.rt.Message(ctx, session, &vigil.MessageParams{To: string(agent), Text: in.Message, Priority: prio})
 	if err != nil {
-		return SendOutput{}, s.actionErr(session, err)
+		return SendOutput{}, toolErr(err)
 	}
-	var out SendOutput
-	if verr := s.rt.Inspect(ctx, session, func(st *core.State) { out = sendView(st, m) }); verr != nil {
-		return SendOutput{}, s.actionErr(session, verr)
+	v, err := s.owned(ctx, owner, session, string(session), needLists)
+	if err != nil {
+		return SendOutput{}, err
 	}
-	return out, nil
+	return v.sendView(m), nil
 }
 
-// sendView explains a message's outcome.
-func sendView(st *core.State, m *core.Msg) SendOutput {
-	sid := st.Session.ID
-	out := SendOutput{Message: globalID(sid, string(m.ID)), Outcome: string(m.Outcome), Reason: m.Reason, Run: m.Run}
-	if cur := st.Msgs[m.ID]; cur != nil && cur.Outcome != core.OutcomePending {
+// sendView explains a message's outcome; it needs a view with needLists.
+func (v *view) sendView(m *vigil.Message) SendOutput {
+	out := SendOutput{Message: globalID(v.id, string(m.ID)), Outcome: string(m.Outcome), Reason: m.Reason, Run: m.Run}
+	if cur := v.msgs[m.ID]; cur != nil && cur.Outcome != vigil.OutcomePending {
 		out.Outcome, out.Reason, out.Run = string(cur.Outcome), cur.Reason, cur.Run
 	}
-	a := st.Agents[m.To]
+	a := v.agents[m.To]
 	name := "the agent"
 	var note func(run int) string
 	if a != nil {
 		name, out.Agent = a.Name, a.Name
-		out.Task = globalID(sid, string(a.Task))
-		note = func(run int) string { return globalID(sid, core.NoteKey{Task: a.Task, Run: run}.String()) }
+		out.Task = globalID(v.id, string(a.Task))
+		note = func(run int) string { return globalID(v.id, vigil.NotificationKey{Task: a.Task, Run: run}.String()) }
 	}
-	switch core.MsgOutcome(out.Outcome) {
-	case core.OutcomeJoined:
+	switch vigil.Outcome(out.Outcome) {
+	case vigil.OutcomeJoined:
 		out.Detail = fmt.Sprintf("%s is in run %d, which sees the message at its next model round.", name, out.Run)
 		if note != nil {
 			out.Notifications = []string{note(out.Run)}
 		}
-	case core.OutcomeQueuedBehindStop:
+	case vigil.OutcomeQueuedBehindStop:
 		why := out.Reason
 		if why == "" {
 			why = fmt.Sprintf("run %d was ending", out.Run)
@@ -533,24 +528,24 @@ func sendView(st *core.State, m *core.Msg) SendOutput {
 		if note != nil {
 			out.Notifications = []string{note(out.Run), note(out.Run + 1)}
 		}
-	case core.OutcomeResumed:
+	case vigil.OutcomeResumed:
 		out.Detail = fmt.Sprintf("%s was idle; run %d started with the message.", name, out.Run)
 		if note != nil {
 			out.Notifications = []string{note(out.Run)}
 		}
-	case core.OutcomeRejected:
+	case vigil.OutcomeRejected:
 		out.Detail = "Not delivered: " + out.Reason
-	case core.OutcomePending:
-		var res struct {
-			Detail string `json:"detail"`
-		}
-		_ = json.Unmarshal([]byte(core.RenderOutcome(st, m)), &res)
+	case vigil.OutcomePending:
 		if note != nil {
 			out.Notifications = []string{note(out.Run), note(out.Run + 1)}
 		}
-		out.Detail = res.Detail + " task_status shows the settled outcome; call wait for the answer."
+		detail := m.Detail
+		if cur := v.msgs[m.ID]; cur != nil && cur.Detail != "" {
+			detail = cur.Detail
+		}
+		out.Detail = detail + " task_status shows the settled outcome; call wait for the answer."
 	}
-	if out.Outcome != string(core.OutcomeRejected) && out.Outcome != string(core.OutcomePending) {
+	if o := vigil.Outcome(out.Outcome); o != vigil.OutcomeRejected && o != vigil.OutcomePending {
 		out.Detail += " Call wait for the answer."
 	}
 	return out
@@ -561,22 +556,21 @@ func (s *Server) taskStatus(ctx context.Context, owner string, in TaskInput) (Ta
 	if err != nil {
 		return TaskStatusOutput{}, err
 	}
-	var out TaskStatusOutput
-	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-		t := st.Tasks[ref.task]
-		if t == nil {
-			return notFoundTask(in.Task)
-		}
-		out = TaskStatusOutput{TaskInfo: taskView(st, t), Session: ref.session, Runs: []RunInfo{}, Notifications: notesOf(st, t.ID),
-			Queue: queueOf(st), Why: queueStatus(st)}
-		if a := st.Agents[t.Agent]; a != nil && t.Kind == core.TaskAgent {
-			out.Runs = runsOf(st, a)
-			out.Spent = a.Tree
-		}
-		out.Budget = st.Session.Budget
-		return nil
-	})
-	return out, err
+	v, err := s.owned(ctx, owner, ref.session, in.Task, needLists|needRuns)
+	if err != nil {
+		return TaskStatusOutput{}, err
+	}
+	t := v.tasks[ref.task]
+	if t == nil {
+		return TaskStatusOutput{}, notFoundTask(in.Task)
+	}
+	out := TaskStatusOutput{TaskInfo: v.taskView(t), Session: string(ref.session), Runs: []RunInfo{}, Notifications: v.notesOf(t.ID),
+		Queue: v.queueOf(), Why: v.queueStatus(), Budget: v.Session.Budget}
+	if a := v.agents[t.Agent]; a != nil && t.Kind == vigil.TaskAgent {
+		out.Runs = v.runsOf(a)
+		out.Spent = a.Tree
+	}
+	return out, nil
 }
 
 func (s *Server) taskOutput(ctx context.Context, owner string, in OutputInput) (OutputOutput, error) {
@@ -592,36 +586,35 @@ func (s *Server) taskOutput(ctx context.Context, owner string, in OutputInput) (
 		limit = 64 << 10
 	}
 	limit = min(limit, 1<<20)
-	out := OutputOutput{Task: in.Task, Offset: in.Offset}
-	var text string
-	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-		t := st.Tasks[ref.task]
-		if t == nil {
-			return notFoundTask(in.Task)
-		}
-		v := taskView(st, t)
-		out.Kind, out.State = v.Kind, v.State
-		if t.Kind == core.TaskAgent {
-			if a := st.Agents[t.Agent]; a != nil {
-				text = renderTranscript(a)
-			}
-		}
-		return nil
-	})
+	v, err := s.owned(ctx, owner, ref.session, in.Task, needRuns)
 	if err != nil {
 		return OutputOutput{}, err
 	}
-	if out.Kind == string(core.TaskAgent) {
-		start := min(in.Offset, int64(len(text)))
-		end := min(start+limit, int64(len(text)))
-		out.Data, out.Next, out.EOF = text[start:end], end, end == int64(len(text))
+	t := v.tasks[ref.task]
+	if t == nil {
+		return OutputOutput{}, notFoundTask(in.Task)
+	}
+	tv := v.taskView(t)
+	out := OutputOutput{Task: in.Task, Offset: in.Offset, Kind: tv.Kind, State: tv.State}
+	if t.Kind == vigil.TaskAgent {
+		var transcript string
+		if v.agents[t.Agent] != nil {
+			a, err := s.rt.AgentGet(ctx, ref.session, string(t.Agent))
+			if err != nil {
+				return OutputOutput{}, toolErr(err)
+			}
+			transcript = renderTranscript(a.Transcript)
+		}
+		start := min(in.Offset, int64(len(transcript)))
+		end := min(start+limit, int64(len(transcript)))
+		out.Data, out.Next, out.EOF = transcript[start:end], end, end == int64(len(transcript))
 		return out, nil
 	}
-	data, next, err := s.rt.TaskOutput(ctx, ref.session, string(ref.task), in.Offset, limit)
+	o, err := s.rt.TaskOutput(ctx, ref.session, &vigil.TaskOutputParams{Task: ref.task, Offset: in.Offset, Limit: limit})
 	if err != nil {
-		return OutputOutput{}, s.actionErr(ref.session, err)
+		return OutputOutput{}, toolErr(err)
 	}
-	out.Data, out.Next, out.EOF = string(data), next, int64(len(data)) < limit
+	out.Data, out.Next, out.EOF = string(o.Data), o.Next, int64(len(o.Data)) < limit
 	return out, nil
 }
 
@@ -630,26 +623,23 @@ func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (Stop
 	if err != nil {
 		return StopOutput{}, err
 	}
-	var running, closed bool
-	var pending []string
-	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-		t := st.Tasks[ref.task]
-		if t == nil {
-			return notFoundTask(in.Task)
-		}
-		closed = st.Session.Closed
-		if t.Kind == core.TaskShell {
-			running = t.Status.Live()
-		} else if a := st.Agents[t.Agent]; a != nil {
-			running = a.Run != nil
-		}
-		for _, it := range callerItems(st, nil) {
-			pending = append(pending, itemView(st, it).ID)
-		}
-		return nil
-	})
+	v, err := s.owned(ctx, owner, ref.session, in.Task, 0)
 	if err != nil {
 		return StopOutput{}, err
+	}
+	t := v.tasks[ref.task]
+	if t == nil {
+		return StopOutput{}, notFoundTask(in.Task)
+	}
+	closed, running := v.Session.Closed, false
+	if t.Kind == vigil.TaskShell {
+		running = live(t)
+	} else if a := v.agents[t.Agent]; a != nil {
+		running = a.Run != nil
+	}
+	var pending []string
+	for _, it := range v.callerItems(nil) {
+		pending = append(pending, v.itemView(it).ID)
 	}
 	out := StopOutput{Outcome: "not-running", Detail: "it was not running"}
 	switch {
@@ -658,23 +648,23 @@ func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (Stop
 	case in.Close && !closed && len(pending) > 0:
 		return StopOutput{}, fmt.Errorf("not closed: acknowledge its notifications first (%s: call wait, then ack), so that closing drops nothing", strings.Join(pending, ", "))
 	case in.Close && !closed:
-		if err := s.rt.CloseSession(ctx, ref.session, by); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
-			return StopOutput{}, s.actionErr(ref.session, err)
+		if err := s.rt.CloseSession(ctx, ref.session, by); vigil.CodeOf(err) != "" && vigil.CodeOf(err) != vigil.CodeClosed {
+			return StopOutput{}, toolErr(err)
 		}
 		out.Outcome, out.Detail = "closed", "closed for good; it no longer appears in list_tasks"
 	case running && !closed:
-		if err := s.rt.StopTask(ctx, ref.session, string(ref.task), by); err != nil && core.ErrorCodeOf(err) != core.CodeConflict {
-			return StopOutput{}, s.actionErr(ref.session, err)
+		if err := s.rt.StopTask(ctx, ref.session, &vigil.StopTaskParams{Task: ref.task, By: by}); vigil.CodeOf(err) != "" && vigil.CodeOf(err) != vigil.CodeConflict {
+			return StopOutput{}, toolErr(err)
 		}
 		out.Outcome, out.Detail = "stopped", "its run was cancelled; its notification (status cancelled) comes through wait"
 	}
-	err = s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-		if t := st.Tasks[ref.task]; t != nil {
-			out.TaskInfo = taskView(st, t)
-		}
-		return nil
-	})
-	return out, err
+	if v, err = s.owned(ctx, owner, ref.session, in.Task, needRuns); err != nil {
+		return StopOutput{}, err
+	}
+	if t := v.tasks[ref.task]; t != nil {
+		out.TaskInfo = v.taskView(t)
+	}
+	return out, nil
 }
 
 func (s *Server) listTasks(ctx context.Context, owner string, in ListInput) (ListOutput, error) {
@@ -684,27 +674,28 @@ func (s *Server) listTasks(ctx context.Context, owner string, in ListInput) (Lis
 	}
 	out := ListOutput{Tasks: []TaskInfo{}, OwnerKey: owner}
 	for _, row := range rows {
-		err := s.owned(ctx, owner, row.ID, row.ID, func(st *core.State) error {
-			for _, t := range callerTasks(st) {
-				out.Tasks = append(out.Tasks, taskView(st, t))
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errNoTask) {
+		v, err := s.owned(ctx, owner, row.ID, string(row.ID), needRuns)
+		if errors.Is(err, errNoTask) {
+			continue
+		}
+		if err != nil {
 			return ListOutput{}, err
+		}
+		for _, t := range v.callerTasks() {
+			out.Tasks = append(out.Tasks, v.taskView(t))
 		}
 	}
 	return out, nil
 }
 
 func (s *Server) queueList(ctx context.Context, owner string, in QueueInput) (QueueOutput, error) {
-	var sessions []string
+	var sessions []vigil.SessionID
 	if in.Task != "" {
 		ref, err := parseTask(in.Task)
 		if err != nil {
 			return QueueOutput{}, err
 		}
-		sessions = []string{ref.session}
+		sessions = []vigil.SessionID{ref.session}
 	} else {
 		rows, err := s.sessions(ctx, owner, false)
 		if err != nil {
@@ -718,43 +709,43 @@ func (s *Server) queueList(ctx context.Context, owner string, in QueueInput) (Qu
 	for _, sid := range sessions {
 		what := in.Task
 		if what == "" {
-			what = sid
+			what = string(sid)
 		}
-		err := s.owned(ctx, owner, sid, what, func(st *core.State) error {
-			out.Items = append(out.Items, queueOf(st)...)
-			out.Status = append(out.Status, queueStatus(st)...)
-			if st.Hold != nil {
-				for _, t := range callerTasks(st) {
-					out.Held = append(out.Held, globalID(st.Session.ID, string(t.ID)))
-				}
+		v, err := s.owned(ctx, owner, sid, what, 0)
+		if err != nil {
+			if in.Task != "" || !errors.Is(err, errNoTask) {
+				return QueueOutput{}, err
 			}
-			return nil
-		})
-		if err != nil && (in.Task != "" || !errors.Is(err, errNoTask)) {
-			return QueueOutput{}, err
+			continue
+		}
+		out.Items = append(out.Items, v.queueOf()...)
+		out.Status = append(out.Status, v.queueStatus()...)
+		if v.Hold != nil {
+			for _, t := range v.callerTasks() {
+				out.Held = append(out.Held, globalID(v.id, string(t.ID)))
+			}
 		}
 	}
 	return out, nil
 }
 
 func (s *Server) queueCancel(ctx context.Context, owner string, in CancelInput) (DoneOutput, error) {
-	sid, item, ok := strings.Cut(strings.TrimSpace(in.Item), "/")
-	if !ok || sid == "" || item == "" {
+	sess, item, ok := strings.Cut(strings.TrimSpace(in.Item), "/")
+	if !ok || sess == "" || item == "" {
 		return DoneOutput{}, fmt.Errorf("bad item id %q: want <session>/<item> as queue_list returned it", in.Item)
 	}
-	err := s.owned(ctx, owner, sid, in.Item, func(st *core.State) error {
-		for _, id := range st.Order {
-			if slices.ContainsFunc(st.Agents[id].Inbox, func(it *core.Item) bool { return it.ID == core.ItemID(item) }) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no queued item %q (it was taken, cancelled, or never existed; see queue_list)", in.Item)
-	})
+	sid := vigil.SessionID(sess)
+	v, err := s.owned(ctx, owner, sid, in.Item, 0)
 	if err != nil {
 		return DoneOutput{}, err
 	}
-	if err := s.rt.CancelItem(ctx, sid, item, by); err != nil {
-		return DoneOutput{}, s.actionErr(sid, err)
+	if !slices.ContainsFunc(v.Agents, func(a vigil.Agent) bool {
+		return slices.ContainsFunc(a.Inbox, func(it vigil.InboxItem) bool { return it.ID == vigil.ItemID(item) })
+	}) {
+		return DoneOutput{}, fmt.Errorf("no queued item %q (it was taken, cancelled, or never existed; see queue_list)", in.Item)
+	}
+	if err := s.rt.CancelItem(ctx, sid, &vigil.CancelItemParams{Item: vigil.ItemID(item), By: by}); err != nil {
+		return DoneOutput{}, toolErr(err)
 	}
 	return DoneOutput{Detail: "removed " + in.Item + " from its queue"}, nil
 }
@@ -772,31 +763,25 @@ func (s *Server) holdOrResume(ctx context.Context, owner string, in HoldInput, h
 	if err != nil {
 		return DoneOutput{}, err
 	}
-	if err := s.owned(ctx, owner, ref.session, in.Task, func(st *core.State) error {
-		if st.Tasks[ref.task] == nil {
-			return notFoundTask(in.Task)
-		}
-		return nil
-	}); err != nil {
+	v, err := s.owned(ctx, owner, ref.session, in.Task, 0)
+	if err != nil {
 		return DoneOutput{}, err
 	}
+	if v.tasks[ref.task] == nil {
+		return DoneOutput{}, notFoundTask(in.Task)
+	}
 	if hold {
-		if err := s.rt.Hold(ctx, ref.session, by, in.Reason); err != nil {
-			return DoneOutput{}, s.actionErr(ref.session, err)
+		if err := s.rt.Hold(ctx, ref.session, &vigil.HoldParams{By: by, Reason: in.Reason}); err != nil {
+			return DoneOutput{}, toolErr(err)
 		}
 		return DoneOutput{Detail: "user prompts of " + in.Task + "'s session are held until resume; notifications and messages still flow"}, nil
 	}
 	if err := s.rt.Resume(ctx, ref.session, by); err != nil {
-		return DoneOutput{}, s.actionErr(ref.session, err)
+		return DoneOutput{}, toolErr(err)
 	}
 	return DoneOutput{Detail: "the hold on " + in.Task + "'s session is released"}, nil
 }
 
-// firstLine returns s's first line, cut to n bytes at a rune boundary.
-func firstLine(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	return excerpt(s, n)
-}
+// firstLine returns s's first line, cut to n bytes at a character boundary
+// (with an ellipsis when cut).
+func firstLine(s string, n int) string { return text.FirstLine(s, n) }

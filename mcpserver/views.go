@@ -5,8 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // Notification is one item of the caller's inbox: most often the
@@ -105,70 +106,60 @@ func stamp(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func excerpt(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// itemView turns an item of the caller's inbox into what wait returns.
-func itemView(st *core.State, it *core.Item) Notification {
-	sid := st.Session.ID
-	n := Notification{ID: globalID(sid, string(it.ID)), Kind: string(it.Kind), Text: it.Text, From: it.From}
-	if a := st.Agents[core.AgentID(it.From)]; a != nil {
+// itemView turns an item of the caller's inbox into what wait returns; its
+// notification's details need a view with needLists.
+func (v *view) itemView(it *vigil.InboxItem) Notification {
+	n := Notification{ID: globalID(v.id, string(it.ID)), Kind: string(it.Kind), Text: it.Text, From: it.From}
+	if a := v.agents[vigil.AgentID(it.From)]; a != nil {
 		n.From = a.Name
 		if a.Task != "" {
-			n.Task = globalID(sid, string(a.Task))
+			n.Task = globalID(v.id, string(a.Task))
 		}
 	}
-	if it.Kind != core.KindNotification || it.Note == nil {
+	if it.Kind != vigil.KindNotification || it.Note == nil {
 		return n
 	}
-	key := globalID(sid, it.Note.String())
-	n.ID, n.Key, n.Task, n.Run, n.Text, n.From = key, key, globalID(sid, string(it.Note.Task)), it.Note.Run, "", ""
-	note := st.Note(*it.Note)
+	key := globalID(v.id, it.Note.String())
+	n.ID, n.Key, n.Task, n.Run, n.Text, n.From = key, key, globalID(v.id, string(it.Note.Task)), it.Note.Run, "", ""
+	note := v.notes[*it.Note]
 	if note == nil {
 		return n
 	}
 	n.Agent, n.Status, n.Reply, n.Error = note.AgentName, note.Status, note.Reply, note.Error
 	n.ExitCode, n.Output, n.DurationMS = note.ExitCode, note.Output, note.Duration.Milliseconds()
 	for _, m := range note.Answered {
-		am := AnsweredMessage{ID: globalID(sid, string(m))}
-		if msg := st.Msgs[m]; msg != nil {
+		am := AnsweredMessage{ID: globalID(v.id, string(m))}
+		if msg := v.msgs[m]; msg != nil {
 			am.Text = msg.Text
 		}
 		n.Answered = append(n.Answered, am)
 	}
 	for _, t := range note.LiveTasks {
-		n.LiveTasks = append(n.LiveTasks, globalID(sid, string(t)))
+		n.LiveTasks = append(n.LiveTasks, globalID(v.id, string(t)))
 	}
 	return n
 }
 
 // callerItems returns the caller's inbox items that a wait may return:
 // all but held prompts, those of the given tasks only when tasks is set.
-func callerItems(st *core.State, tasks map[core.TaskID]bool) []*core.Item {
-	main := st.Agents[core.MainAgent]
-	if main == nil || main.State == core.AgentClosed {
+func (v *view) callerItems(tasks map[vigil.TaskID]bool) []*vigil.InboxItem {
+	main := v.agents[vigil.MainAgent]
+	if main == nil || main.State == vigil.AgentClosed {
 		return nil
 	}
-	var out []*core.Item
-	for _, it := range main.Inbox {
-		if st.Hold != nil && it.Holdable() {
+	var out []*vigil.InboxItem
+	for i := range main.Inbox {
+		it := &main.Inbox[i]
+		if it.Held {
 			continue
 		}
 		if tasks != nil {
-			var task core.TaskID
+			var task vigil.TaskID
 			switch {
 			case it.Note != nil:
 				task = it.Note.Task
-			case st.Agents[core.AgentID(it.From)] != nil:
-				task = st.Agents[core.AgentID(it.From)].Task
+			case v.agents[vigil.AgentID(it.From)] != nil:
+				task = v.agents[vigil.AgentID(it.From)].Task
 			}
 			if !tasks[task] {
 				continue
@@ -181,26 +172,22 @@ func callerItems(st *core.State, tasks map[core.TaskID]bool) []*core.Item {
 
 // busy reports whether an agent, or an agent it owns, has a run in
 // progress, queued items, a live shell task or a timer: whether a
-// notification can still come from it without anyone's help.
-func busy(st *core.State, a *core.Agent) bool {
-	if a == nil || a.State == core.AgentClosed {
+// notification can still come from it without anyone's help. It needs a
+// view with needRuns.
+func (v *view) busy(a *vigil.Agent) bool {
+	if a == nil || a.State == vigil.AgentClosed {
 		return false
 	}
-	if a.Run != nil || len(a.Inbox) > 0 {
+	if a.Run != nil || len(a.Inbox) > 0 || v.timers[a.ID] > 0 {
 		return true
 	}
-	for _, id := range st.TaskOrder {
-		if t := st.Tasks[id]; t.Owner == a.ID && t.Kind == core.TaskShell && t.Status.Live() {
+	for i := range v.Tasks {
+		if t := &v.Tasks[i]; t.Owner == a.ID && t.Kind == vigil.TaskShell && live(t) {
 			return true
 		}
 	}
-	for _, t := range st.Timers {
-		if t.Agent == a.ID {
-			return true
-		}
-	}
-	for _, id := range st.Order {
-		if b := st.Agents[id]; b.Owner == a.ID && busy(st, b) {
+	for i := range v.Agents {
+		if b := &v.Agents[i]; b.Owner == a.ID && v.busy(b) {
 			return true
 		}
 	}
@@ -208,9 +195,9 @@ func busy(st *core.State, a *core.Agent) bool {
 }
 
 // pendingOf counts the caller's unacknowledged notifications of a task.
-func pendingOf(st *core.State, task core.TaskID) int {
+func (v *view) pendingOf(task vigil.TaskID) int {
 	n := 0
-	if main := st.Agents[core.MainAgent]; main != nil {
+	if main := v.agents[vigil.MainAgent]; main != nil {
 		for _, it := range main.Inbox {
 			if it.Note != nil && it.Note.Task == task {
 				n++
@@ -220,47 +207,47 @@ func pendingOf(st *core.State, task core.TaskID) int {
 	return n
 }
 
-// taskView summarises a task of a caller's session.
-func taskView(st *core.State, t *core.Task) TaskInfo {
-	sid := st.Session.ID
-	v := TaskInfo{Task: globalID(sid, string(t.ID)), Kind: string(t.Kind), Description: t.Description, State: string(t.Status),
-		Pending: pendingOf(st, t.ID), Created: stamp(t.Started)}
-	if t.Kind == core.TaskShell {
-		v.Detail = t.Command
+// taskView summarises a task of a caller's session; it needs a view with
+// needRuns.
+func (v *view) taskView(t *vigil.Task) TaskInfo {
+	tv := TaskInfo{Task: globalID(v.id, string(t.ID)), Kind: string(t.Kind), Description: t.Description, State: string(t.Status),
+		Pending: v.pendingOf(t.ID), Created: stamp(t.Started)}
+	if t.Kind == vigil.TaskShell {
+		tv.Detail = t.Command
 		if t.ExitCode != nil {
-			v.Detail = fmt.Sprintf("%s (exit %d)", t.Command, *t.ExitCode)
+			tv.Detail = fmt.Sprintf("%s (exit %d)", t.Command, *t.ExitCode)
 		}
-		return v
+		return tv
 	}
-	a := st.Agents[t.Agent]
+	a := v.agents[t.Agent]
 	if a == nil {
-		return v
+		return tv
 	}
-	v.Agent, v.Provider, v.Model = a.Name, a.Provider, a.Model
-	if n := len(a.Runs); n > 0 {
-		v.Run, v.LastStatus = a.Runs[n-1].Seq, string(a.Runs[n-1].Status)
+	tv.Agent, tv.Provider, tv.Model = a.Name, a.Provider, a.Model
+	if r := v.lastRun(a.ID); r != nil {
+		tv.Run, tv.LastStatus = r.Seq, string(r.Status)
 	}
 	switch {
-	case a.State == core.AgentClosed || st.Session.Closed:
-		v.State = "closed"
+	case a.State == vigil.AgentClosed || v.Session.Closed:
+		tv.State = "closed"
 	case a.Run != nil:
-		v.State, v.Run = "running", a.Run.Seq
-		v.Detail = runDetail(st, a)
+		tv.State, tv.Run = "running", a.Run.Seq
+		tv.Detail = runDetail(a)
 	case len(a.Inbox) > 0:
-		v.State = "queued"
-		v.Detail = fmt.Sprintf("%d item(s) wait for its next run", len(a.Inbox))
-	case busy(st, a):
-		v.State = "waiting"
-		v.Detail = "its run ended; tasks of its own are still running, and it wakes (and notifies you again) when they finish"
+		tv.State = "queued"
+		tv.Detail = fmt.Sprintf("%d item(s) wait for its next run", len(a.Inbox))
+	case v.busy(a):
+		tv.State = "waiting"
+		tv.Detail = "its run ended; tasks of its own are still running, and it wakes (and notifies you again) when they finish"
 	default:
-		v.State = "idle"
-		v.Detail = "finished; send_message resumes it"
+		tv.State = "idle"
+		tv.Detail = "finished; send_message resumes it"
 	}
-	return v
+	return tv
 }
 
 // runDetail says what an agent's run in progress is doing.
-func runDetail(st *core.State, a *core.Agent) string {
+func runDetail(a *vigil.Agent) string {
 	r := a.Run
 	d := fmt.Sprintf("run %d (started by %s), round %d", r.Seq, r.Kind, r.Round)
 	switch {
@@ -269,7 +256,7 @@ func runDetail(st *core.State, a *core.Agent) string {
 		if r.Call.RetryReason != "" {
 			d += " (" + r.Call.RetryReason + ")"
 		}
-	case a.State == core.AgentWaiting:
+	case a.State == vigil.AgentWaiting:
 		d += ", waiting for a permission answer"
 	default:
 		var names []string
@@ -288,65 +275,54 @@ func runDetail(st *core.State, a *core.Agent) string {
 	return d
 }
 
-// runsOf lists an agent's runs, the one in progress last.
-func runsOf(st *core.State, a *core.Agent) []RunInfo {
-	sid := st.Session.ID
+// runsOf lists an agent's runs, the one in progress last; it needs a view
+// with needRuns.
+func (v *view) runsOf(a *vigil.Agent) []RunInfo {
 	out := []RunInfo{}
-	for _, r := range a.Runs {
+	for _, r := range v.runs[a.ID] {
 		ri := RunInfo{Run: r.Seq, Kind: string(r.Kind), Status: string(r.Status), Reply: r.Reply, Error: r.Error,
 			Started: stamp(r.Started), Ended: stamp(r.Ended)}
 		for _, m := range r.Answered {
-			ri.Answered = append(ri.Answered, globalID(sid, string(m)))
-		}
-		out = append(out, ri)
-	}
-	if r := a.Run; r != nil {
-		ri := RunInfo{Run: r.Seq, Kind: string(r.Kind), Status: string(core.RunRunning), Started: stamp(r.Started)}
-		for _, m := range r.Answered {
-			ri.Answered = append(ri.Answered, globalID(sid, string(m)))
+			ri.Answered = append(ri.Answered, globalID(v.id, string(m)))
 		}
 		out = append(out, ri)
 	}
 	return out
 }
 
-// notesOf lists a task's notifications.
-func notesOf(st *core.State, task core.TaskID) []NoteInfo {
+// notesOf lists a task's notifications; it needs a view with needLists.
+func (v *view) notesOf(task vigil.TaskID) []NoteInfo {
 	out := []NoteInfo{}
-	for _, k := range st.NoteOrder {
-		if k.Task != task {
-			continue
+	for _, n := range v.Notifications {
+		if n.Key.Task == task {
+			out = append(out, NoteInfo{Key: globalID(v.id, n.Key.String()), Status: n.Status, Acknowledged: n.DeliveredRun > 0, Dropped: n.Dropped})
 		}
-		n := st.Notes[k]
-		out = append(out, NoteInfo{Key: globalID(st.Session.ID, k.String()), Status: n.Status, Acknowledged: n.DeliveredRun > 0, Dropped: n.Dropped})
 	}
 	return out
 }
 
 // queueOf lists the queued items of a session's inboxes, the caller's
 // included.
-func queueOf(st *core.State) []QueueItem {
-	sid := st.Session.ID
+func (v *view) queueOf() []QueueItem {
 	var out []QueueItem
-	for _, id := range st.Order {
-		a := st.Agents[id]
+	for _, a := range v.Agents {
 		for _, it := range a.Inbox {
-			q := QueueItem{ID: globalID(sid, string(it.ID)), Agent: a.Name, Kind: string(it.Kind), Priority: string(it.Priority),
-				From: it.From, Text: excerpt(it.Text, 200), Held: st.Hold != nil && it.Holdable(),
-				Cancellable: it.Kind == core.KindPrompt || it.Kind == core.KindContinuation, Enqueued: stamp(it.Enqueued)}
-			if id == core.MainAgent {
+			q := QueueItem{ID: globalID(v.id, string(it.ID)), Agent: a.Name, Kind: string(it.Kind), Priority: string(it.Priority),
+				From: it.From, Text: text.Cut(it.Text, 200), Held: it.Held,
+				Cancellable: it.Kind == vigil.KindPrompt || it.Kind == vigil.KindContinuation, Enqueued: stamp(it.Enqueued)}
+			if a.ID == vigil.MainAgent {
 				q.Agent = "you"
 			} else if a.Task != "" {
-				q.Task = globalID(sid, string(a.Task))
+				q.Task = globalID(v.id, string(a.Task))
 			}
-			if from := st.Agents[core.AgentID(it.From)]; from != nil {
+			if from := v.agents[vigil.AgentID(it.From)]; from != nil {
 				q.From = from.Name
-				if from.ID == core.MainAgent {
+				if from.ID == vigil.MainAgent {
 					q.From = "you"
 				}
 			}
 			if it.Note != nil {
-				q.Text = "notification " + globalID(sid, it.Note.String())
+				q.Text = "notification " + globalID(v.id, it.Note.String())
 			}
 			out = append(out, q)
 		}
@@ -355,15 +331,15 @@ func queueOf(st *core.State) []QueueItem {
 }
 
 // queueStatus says why each non-empty inbox of a session is not draining.
-func queueStatus(st *core.State) []QueueStatus {
+func (v *view) queueStatus() []QueueStatus {
 	var out []QueueStatus
-	for _, is := range core.Status(st) {
+	for _, is := range v.Status {
 		q := QueueStatus{Agent: is.Name, Items: is.Items, Held: is.Held, Draining: is.Draining, Reason: is.Reason, ClearsOn: is.ClearsOn}
-		if is.Agent == core.MainAgent {
+		if is.Agent == vigil.MainAgent {
 			q.Agent = "you"
 			q.Reason = "your notifications wait until you acknowledge them (wait, then ack)"
-		} else if a := st.Agents[is.Agent]; a != nil && a.Task != "" {
-			q.Task = globalID(st.Session.ID, string(a.Task))
+		} else if a := v.agents[is.Agent]; a != nil && a.Task != "" {
+			q.Task = globalID(v.id, string(a.Task))
 		}
 		out = append(out, q)
 	}
@@ -372,9 +348,9 @@ func queueStatus(st *core.State) []QueueStatus {
 
 // renderTranscript writes an agent's conversation as plain text: what
 // task_output pages through for an agent task.
-func renderTranscript(a *core.Agent) string {
+func renderTranscript(transcript []chat.Message) string {
 	var b strings.Builder
-	for _, m := range a.Transcript {
+	for _, m := range transcript {
 		fmt.Fprintf(&b, "## %s\n", m.Role)
 		for _, c := range m.Content {
 			switch c.Type {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 )
 
 // WaitInput is wait's input.
@@ -35,7 +34,7 @@ type WaitOutput struct {
 // sessions of the given tasks with those tasks only.
 type scope struct {
 	all   bool
-	tasks map[string]map[core.TaskID]bool // session -> tasks (nil when all)
+	tasks map[vigil.SessionID]map[vigil.TaskID]bool // session -> tasks (nil when all)
 }
 
 // snap is what a wait saw in one session.
@@ -51,22 +50,21 @@ func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutp
 	if in.TimeoutSeconds != nil {
 		timeout = min(time.Duration(*in.TimeoutSeconds)*time.Second, s.opts.MaxWait)
 	}
-	sc := scope{all: len(in.Tasks) == 0, tasks: map[string]map[core.TaskID]bool{}}
+	sc := scope{all: len(in.Tasks) == 0, tasks: map[vigil.SessionID]map[vigil.TaskID]bool{}}
 	for _, id := range in.Tasks {
 		ref, err := parseTask(id)
 		if err != nil {
 			return WaitOutput{}, err
 		}
-		if err := s.owned(ctx, owner, ref.session, id, func(st *core.State) error {
-			if st.Tasks[ref.task] == nil {
-				return notFoundTask(id)
-			}
-			return nil
-		}); err != nil {
+		v, err := s.owned(ctx, owner, ref.session, id, 0)
+		if err != nil {
 			return WaitOutput{}, err
 		}
+		if v.tasks[ref.task] == nil {
+			return WaitOutput{}, notFoundTask(id)
+		}
 		if sc.tasks[ref.session] == nil {
-			sc.tasks[ref.session] = map[core.TaskID]bool{}
+			sc.tasks[ref.session] = map[vigil.TaskID]bool{}
 		}
 		sc.tasks[ref.session][ref.task] = true
 	}
@@ -79,9 +77,9 @@ func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutp
 	defer cancel()
 	w := newWatcher(s.rt, tctx)
 	defer w.close()
-	snaps := map[string]*snap{}
-	var order []string // sessions in scope, in the order listed
-	refresh := func(sessions []string) error {
+	snaps := map[vigil.SessionID]*snap{}
+	var order []vigil.SessionID // sessions in scope, in the order listed
+	refresh := func(sessions []vigil.SessionID) error {
 		for _, sid := range sessions {
 			sn, err := s.look(ctx, owner, sid, sc.tasks[sid])
 			if errors.Is(err, errNoTask) {
@@ -109,7 +107,7 @@ func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutp
 			return err
 		}
 		order = order[:0]
-		var fresh []string
+		var fresh []vigil.SessionID
 		for _, r := range rows {
 			order = append(order, r.ID)
 			if _, ok := snaps[r.ID]; !ok {
@@ -164,7 +162,7 @@ func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutp
 }
 
 // gather joins the sessions' snapshots in order.
-func gather(order []string, snaps map[string]*snap) WaitOutput {
+func gather(order []vigil.SessionID, snaps map[vigil.SessionID]*snap) WaitOutput {
 	out := WaitOutput{Notifications: []Notification{}, Running: []TaskInfo{}}
 	type timed struct {
 		n  Notification
@@ -223,35 +221,32 @@ func (s *Server) finish(owner string, out WaitOutput) WaitOutput {
 
 // look reads one session: the caller's items in scope and the tasks in
 // scope still working.
-func (s *Server) look(ctx context.Context, owner, session string, tasks map[core.TaskID]bool) (*snap, error) {
-	sn := &snap{}
-	err := s.owned(ctx, owner, session, session, func(st *core.State) error {
-		sn.seq = st.Seq
-		for _, it := range callerItems(st, tasks) {
-			sn.items = append(sn.items, itemView(st, it))
-			sn.at = append(sn.at, it.Enqueued)
-		}
-		if st.Session.Closed {
-			return nil
-		}
-		for _, t := range callerTasks(st) {
-			if tasks != nil && !tasks[t.ID] {
-				continue
-			}
-			working := false
-			if t.Kind == core.TaskShell {
-				working = t.Status.Live()
-			} else {
-				working = busy(st, st.Agents[t.Agent])
-			}
-			if working {
-				sn.running = append(sn.running, taskView(st, t))
-			}
-		}
-		return nil
-	})
+func (s *Server) look(ctx context.Context, owner string, session vigil.SessionID, tasks map[vigil.TaskID]bool) (*snap, error) {
+	v, err := s.owned(ctx, owner, session, string(session), needLists|needRuns)
 	if err != nil {
 		return nil, err
+	}
+	sn := &snap{seq: v.Seq}
+	for _, it := range v.callerItems(tasks) {
+		sn.items = append(sn.items, v.itemView(it))
+		sn.at = append(sn.at, it.Enqueued)
+	}
+	if v.Session.Closed {
+		return sn, nil
+	}
+	for _, t := range v.callerTasks() {
+		if tasks != nil && !tasks[t.ID] {
+			continue
+		}
+		working := false
+		if t.Kind == vigil.TaskShell {
+			working = live(t)
+		} else {
+			working = v.busy(v.agents[t.Agent])
+		}
+		if working {
+			sn.running = append(sn.running, v.taskView(t))
+		}
 	}
 	return sn, nil
 }
@@ -274,38 +269,41 @@ func (s *Server) ack(ctx context.Context, owner string, ids []string) ([]string,
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	bySession := map[string][]string{}
-	var order []string
+	bySession := map[vigil.SessionID][]string{}
+	var order []vigil.SessionID
 	for _, id := range ids {
 		sid, local, ok := strings.Cut(strings.TrimSpace(id), "/")
 		if !ok || sid == "" || local == "" {
 			return nil, fmt.Errorf("bad notification id %q in ack: give the id as wait returned it, e.g. k3v9x2m4pq/t1#2", id)
 		}
-		if _, ok := bySession[sid]; !ok {
-			order = append(order, sid)
+		if _, ok := bySession[vigil.SessionID(sid)]; !ok {
+			order = append(order, vigil.SessionID(sid))
 		}
-		bySession[sid] = append(bySession[sid], local)
+		bySession[vigil.SessionID(sid)] = append(bySession[vigil.SessionID(sid)], local)
 	}
-	items := map[string][]string{}
+	items := map[vigil.SessionID][]vigil.ItemID{}
 	for _, sid := range order {
-		err := s.owned(ctx, owner, sid, sid, func(st *core.State) error {
-			main := st.Agents[core.MainAgent]
-			for _, local := range bySession[sid] {
-				item, err := resolveAck(st, main, local)
-				if err != nil {
-					return fmt.Errorf("ack %s/%s: %w", sid, local, err)
-				}
-				if item != "" {
-					items[sid] = append(items[sid], item)
-				}
-			}
-			return nil
-		})
+		v, err := s.owned(ctx, owner, sid, string(sid), needLists)
 		if errors.Is(err, errNoTask) {
 			return nil, fmt.Errorf("ack: no such notification in session %q (not yours, or it does not exist); nothing was acknowledged", sid)
 		}
 		if err != nil {
 			return nil, err
+		}
+		var taken map[vigil.ItemID]bool // read when an item id is not in the inbox
+		for _, local := range bySession[sid] {
+			if taken == nil && !strings.Contains(local, "#") && !v.inInbox(vigil.ItemID(local)) {
+				if taken, err = s.takenItems(ctx, v); err != nil {
+					return nil, err
+				}
+			}
+			item, err := v.resolveAck(local, taken)
+			if err != nil {
+				return nil, fmt.Errorf("ack %s/%s: %w", sid, local, err)
+			}
+			if item != "" {
+				items[sid] = append(items[sid], item)
+			}
 		}
 	}
 	for _, sid := range order {
@@ -313,47 +311,91 @@ func (s *Server) ack(ctx context.Context, owner string, ids []string) ([]string,
 			continue
 		}
 		if err := s.rt.Ack(ctx, sid, items[sid]); err != nil {
-			return nil, fmt.Errorf("ack: %w", s.actionErr(sid, err))
+			return nil, fmt.Errorf("ack: %w", toolErr(err))
 		}
 	}
 	var acked []string
 	for _, sid := range order {
 		for _, local := range bySession[sid] {
-			acked = append(acked, sid+"/"+local)
+			acked = append(acked, globalID(sid, local))
 		}
 	}
 	s.forgetShown(owner, acked)
 	return acked, nil
 }
 
-// resolveAck returns the caller's inbox item an ack id names, or "" when
-// it was acknowledged before.
-func resolveAck(st *core.State, main *core.Agent, local string) (string, error) {
-	inInbox := func(id core.ItemID) bool {
-		return main != nil && slices.ContainsFunc(main.Inbox, func(it *core.Item) bool { return it.ID == id })
+// inInbox reports whether the caller's inbox holds the item.
+func (v *view) inInbox(id vigil.ItemID) bool {
+	main := v.agents[vigil.MainAgent]
+	return main != nil && slices.ContainsFunc(main.Inbox, func(it vigil.InboxItem) bool { return it.ID == id })
+}
+
+// takenItems returns the items that left the caller's inbox: those it
+// acknowledged (the items of its runs: each ack is one) and the messages
+// to it, which closing the session may have dropped.
+func (s *Server) takenItems(ctx context.Context, v *view) (map[vigil.ItemID]bool, error) {
+	runs, err := s.rt.RunList(ctx, v.id, string(vigil.MainAgent))
+	if err != nil {
+		return nil, toolErr(fmt.Errorf("read your acknowledgements in session %s: %w", v.id, err))
 	}
+	taken := map[vigil.ItemID]bool{}
+	for _, r := range runs {
+		for _, id := range r.Items {
+			taken[id] = true
+		}
+	}
+	for _, m := range v.Messages {
+		if m.To == vigil.MainAgent && m.Item != "" {
+			taken[m.Item] = true
+		}
+	}
+	return taken, nil
+}
+
+// resolveAck returns the caller's inbox item an ack id names, or "" when
+// it was acknowledged before; taken are the items that left the inbox.
+func (v *view) resolveAck(local string, taken map[vigil.ItemID]bool) (vigil.ItemID, error) {
 	if strings.Contains(local, "#") {
-		var k core.NoteKey
-		if err := k.UnmarshalText([]byte(local)); err != nil {
+		k, err := parseNoteKey(local)
+		if err != nil {
 			return "", err
 		}
-		n := st.Note(k)
+		n := v.notes[k]
 		switch {
-		case n == nil || n.Owner != core.MainAgent:
+		case n == nil || n.Owner != vigil.MainAgent:
 			return "", errors.New("no such notification")
-		case n.Item != "" && inInbox(n.Item):
-			return string(n.Item), nil
+		case n.Item != "" && v.inInbox(n.Item):
+			return n.Item, nil
 		}
 		return "", nil // delivered before
 	}
-	id := core.ItemID(local)
-	if inInbox(id) {
-		return local, nil
-	}
-	if n, err := strconv.Atoi(strings.TrimPrefix(local, "i")); err == nil && strings.HasPrefix(local, "i") && n >= 1 && n <= st.Counters.Item {
-		return "", nil // an item that existed: taken before
+	id := vigil.ItemID(local)
+	switch {
+	case v.inInbox(id):
+		return id, nil
+	case taken[id]:
+		return "", nil // taken before
 	}
 	return "", errors.New("no such notification")
+}
+
+// parseNoteKey parses a notification key, "t1#2" (or "t2#exit", the run 0
+// of a shell task).
+func parseNoteKey(s string) (vigil.NotificationKey, error) {
+	i := strings.LastIndexByte(s, '#')
+	if i <= 0 {
+		return vigil.NotificationKey{}, fmt.Errorf("bad notification key %q", s)
+	}
+	k := vigil.NotificationKey{Task: vigil.TaskID(s[:i])}
+	if s[i+1:] == "exit" {
+		return k, nil
+	}
+	n, err := strconv.Atoi(s[i+1:])
+	if err != nil || n < 1 {
+		return vigil.NotificationKey{}, fmt.Errorf("bad notification key %q", s)
+	}
+	k.Run = n
+	return k, nil
 }
 
 // watcher wakes a wait when a watched session commits events. It
@@ -365,28 +407,25 @@ type watcher struct {
 	wake chan struct{}
 
 	mu    sync.Mutex
-	dirty map[string]bool
-	subs  map[string]*vigil.Subscription
+	dirty map[vigil.SessionID]bool
+	subs  map[vigil.SessionID]*vigil.Subscription
 	wg    sync.WaitGroup
 }
 
 func newWatcher(rt *vigil.Runtime, ctx context.Context) *watcher {
-	return &watcher{rt: rt, ctx: ctx, wake: make(chan struct{}, 1), dirty: map[string]bool{}, subs: map[string]*vigil.Subscription{}}
+	return &watcher{rt: rt, ctx: ctx, wake: make(chan struct{}, 1), dirty: map[vigil.SessionID]bool{}, subs: map[vigil.SessionID]*vigil.Subscription{}}
 }
 
 // watch subscribes to a session's events after seq.
-func (w *watcher) watch(session string, seq int64) error {
+func (w *watcher) watch(session vigil.SessionID, seq int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.subs[session]; ok {
 		return nil
 	}
-	sub, err := w.rt.Subscribe(w.ctx, session, seq)
+	sub, err := w.rt.Subscribe(w.ctx, &vigil.SubscribeParams{Session: session, After: seq})
 	if err != nil {
-		if errors.Is(err, vigil.ErrClosed) {
-			return errShuttingDown
-		}
-		return fmt.Errorf("watch session %s: %w", session, err)
+		return toolErr(fmt.Errorf("watch session %s: %w", session, err))
 	}
 	w.subs[session] = sub
 	w.wg.Add(1)
@@ -407,7 +446,7 @@ func (w *watcher) watch(session string, seq int64) error {
 	return nil
 }
 
-func (w *watcher) mark(session string) {
+func (w *watcher) mark(session vigil.SessionID) {
 	w.mu.Lock()
 	w.dirty[session] = true
 	w.mu.Unlock()
@@ -418,10 +457,10 @@ func (w *watcher) mark(session string) {
 }
 
 // takeDirty returns the sessions with events since the last call.
-func (w *watcher) takeDirty() []string {
+func (w *watcher) takeDirty() []vigil.SessionID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]string, 0, len(w.dirty))
+	out := make([]vigil.SessionID, 0, len(w.dirty))
 	for sid := range w.dirty {
 		out = append(out, sid)
 	}

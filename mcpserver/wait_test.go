@@ -14,6 +14,7 @@ import (
 // TestWaitSeesNewSpawns: a wait over all of the caller's tasks that is
 // blocked on one task wakes for a task spawned after it blocked.
 func TestWaitSeesNewSpawns(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sc, err := script.Load("testdata/agents.yaml")

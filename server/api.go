@@ -16,9 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/internal/permission"
-	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // by is who the API records as the author of an action.
@@ -48,10 +46,10 @@ func (s *Server) routes() []route {
 		{method: "GET", path: sess + "/agents/{agent}", handler: h(s.getAgent)},
 		{method: "GET", path: sess + "/agents/{agent}/transcript", handler: h(s.transcript)},
 		{method: "POST", path: sess + "/agents/{agent}/messages", handler: h(s.message)},
-		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.cancelRun)},
-		{method: "POST", path: sess + "/agents/{agent}/retry", handler: h(s.retryAgent)},
+		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.agentAction(s.rt.CancelRun))},
+		{method: "POST", path: sess + "/agents/{agent}/retry", handler: h(s.agentAction(s.rt.RetryAgent))},
 		{method: "POST", path: sess + "/budget", handler: h(s.setBudget)},
-		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.closeAgent)},
+		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.agentAction(s.rt.CloseAgent))},
 		{method: "GET", path: sess + "/runs", handler: h(s.listRuns)},
 		{method: "GET", path: sess + "/tasks", handler: h(s.listTasks)},
 		{method: "GET", path: sess + "/tasks/{task}", handler: h(s.getTask)},
@@ -113,53 +111,8 @@ func (s *Server) handle(fn func(w http.ResponseWriter, r *http.Request) error) h
 	})
 }
 
-// inspect runs fn on the session's state and writes what it returns, with
-// status. fn runs on the session's goroutine; its result is encoded there.
-func (s *Server) inspect(w http.ResponseWriter, r *http.Request, session string, status int, fn func(st *core.State) (any, error)) error {
-	var b []byte
-	var ferr error
-	err := s.rt.Inspect(r.Context(), session, func(st *core.State) {
-		v, err := fn(st)
-		if err != nil {
-			ferr = err
-			return
-		}
-		b, ferr = marshal(v)
-	})
-	if err != nil {
-		return err
-	}
-	if ferr != nil {
-		return ferr
-	}
-	writeRaw(w, status, b)
-	return nil
-}
-
-// actionErr explains an action refused because the session does not run
-// here: a session the store knows (closed, or owned by another node) is a
-// conflict, not a missing session.
-func (s *Server) actionErr(ctx context.Context, session string, err error) error {
-	if !errors.Is(err, vigil.ErrNoSession) {
-		return err
-	}
-	closed := false
-	if ierr := s.rt.Inspect(ctx, session, func(st *core.State) { closed = st.Session.Closed }); ierr != nil {
-		return err
-	}
-	if closed {
-		return &apiError{status: http.StatusConflict, code: "closed", msg: "session " + session + " is closed"}
-	}
-	return &apiError{status: http.StatusConflict, code: "moved", msg: "session " + session + " is not running on this server (another node owns it)"}
-}
-
-func agentOf(st *core.State, ref string) (*core.Agent, error) {
-	a := st.Agent(ref)
-	if a == nil {
-		return nil, notFound("no agent %q in session %s", ref, st.Session.ID)
-	}
-	return a, nil
-}
+// sid is the session named by the path.
+func sid(r *http.Request) vigil.SessionID { return vigil.SessionID(r.PathValue("session")) }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	select {
@@ -180,7 +133,7 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
-	p := &store.SessionListParams{Owner: r.URL.Query().Get("owner")}
+	p := &vigil.SessionListParams{Owner: r.URL.Query().Get("owner")}
 	if v := r.URL.Query().Get("open"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -188,7 +141,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.Open = b
 	}
-	rows, err := s.rt.Sessions(r.Context(), p)
+	rows, err := s.rt.SessionList(r.Context(), p)
 	if err != nil {
 		return err
 	}
@@ -216,12 +169,12 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	def := s.opts.Defaults
-	p := vigil.SessionParams{
+	p := &vigil.SessionParams{
 		Title: req.Title, Prompt: req.Prompt, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
 		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions, Budget: budget,
 	}
 	if p.Title == "" {
-		p.Title = firstLine(req.Prompt, 60)
+		p.Title = text.FirstLine(req.Prompt, 60)
 	}
 	if p.Model == "" && (p.Provider == "" || p.Provider == def.Provider) {
 		p.Model = def.Model
@@ -240,60 +193,74 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/api/sessions/"+string(sess.ID))
-	return s.inspect(w, r, string(sess.ID), http.StatusCreated, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+	return s.writeSession(w, r, sess.ID, http.StatusCreated)
+}
+
+// writeSession answers with the session's detail.
+func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, id vigil.SessionID, status int) error {
+	d, err := s.rt.SessionGet(r.Context(), id, nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, d)
+	return nil
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+	return s.writeSession(w, r, sid(r), http.StatusOK)
 }
 
 func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
+	id := sid(r)
 	if err := s.decode(w, r, &struct{}{}, true); err != nil {
 		return err
 	}
-	if err := s.rt.CloseSession(r.Context(), id, by); err != nil {
-		if err = s.actionErr(r.Context(), id, err); toAPIError(err).code != "closed" {
-			return err
-		}
-		// Closed already: closing is idempotent.
+	// Closing a closed session is no error: closing is idempotent.
+	if err := s.rt.CloseSession(r.Context(), id, by); err != nil && !errors.Is(err, vigil.ErrClosed) {
+		return err
 	}
-	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) { return sessionDetail(st), nil })
+	return s.writeSession(w, r, id, http.StatusOK)
+}
+
+// StatusView is a session's status and how this node confines and
+// contains what the session's agents run.
+type StatusView struct {
+	vigil.Status
+	Isolation IsolationView `json:"isolation"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		v := statusView(st)
-		v.Isolation = isolationView(s.rt.Isolation())
-		return v, nil
-	})
+	st, err := s.rt.SessionStatus(r.Context(), sid(r))
+	if err != nil {
+		return err
+	}
+	st.Inboxes, st.Progress = nonNil(st.Inboxes), nonNil(st.Progress)
+	writeJSON(w, http.StatusOK, StatusView{Status: *st, Isolation: isolationView(s.rt.Isolation())})
+	return nil
 }
 
 func (s *Server) hold(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
 	var req HoldRequest
 	if err := s.decode(w, r, &req, true); err != nil {
 		return err
 	}
-	if err := s.rt.Hold(r.Context(), id, by, req.Reason); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.Hold(r.Context(), sid(r), &vigil.HoldParams{By: by, Reason: req.Reason}); err != nil {
+		return err
 	}
 	return s.status(w, r)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
 	if err := s.decode(w, r, &struct{}{}, true); err != nil {
 		return err
 	}
-	if err := s.rt.Resume(r.Context(), id, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.Resume(r.Context(), sid(r), by); err != nil {
+		return err
 	}
 	return s.status(w, r)
 }
 
 func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
 	var req PromptRequest
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
@@ -301,28 +268,30 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Text) == "" {
 		return badRequest("text is empty")
 	}
-	item, err := s.rt.Prompt(r.Context(), id, req.Text, req.Priority)
+	item, err := s.rt.Prompt(r.Context(), sid(r), &vigil.PromptParams{Text: req.Text, Priority: req.Priority})
 	if err != nil {
-		return s.actionErr(r.Context(), id, err)
+		return err
 	}
-	writeJSON(w, http.StatusAccepted, PromptResult{Session: core.SessionID(id), Item: item})
+	writeJSON(w, http.StatusAccepted, PromptResult{Session: sid(r), Item: item})
 	return nil
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		return AgentList{Agents: agentViews(st)}, nil
-	})
+	d, err := s.rt.SessionGet(r.Context(), sid(r), nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, AgentList{Agents: d.Agents})
+	return nil
 }
 
 func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		a, err := agentOf(st, r.PathValue("agent"))
-		if err != nil {
-			return nil, err
-		}
-		return agentDetail(st, a), nil
-	})
+	a, err := s.rt.AgentGet(r.Context(), sid(r), r.PathValue("agent"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, a)
+	return nil
 }
 
 // message sends a user message and answers with its outcome: joined,
@@ -332,7 +301,6 @@ func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) error {
 // outcome pending and its promise in detail; that round's answer settles
 // it (GET .../messages/{msg}, or the message.resolved event).
 func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
 	var req MessageRequest
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
@@ -340,84 +308,54 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Text) == "" {
 		return badRequest("text is empty")
 	}
-	m, err := s.rt.Message(r.Context(), id, r.PathValue("agent"), req.Text, req.Priority)
+	m, err := s.rt.Message(r.Context(), sid(r), &vigil.MessageParams{To: r.PathValue("agent"), Text: req.Text, Priority: req.Priority})
 	if err != nil {
-		return s.actionErr(r.Context(), id, err)
+		return err
 	}
 	status := http.StatusOK
-	if m.Outcome == core.OutcomePending {
+	if m.Outcome == "pending" {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, s.msgView(r.Context(), id, m))
+	writeJSON(w, status, m)
 	return nil
-}
-
-// MessageView is a message with the sentence its sender reads about its
-// outcome (DESIGN rule 3).
-type MessageView struct {
-	core.Msg
-	Detail string `json:"detail,omitempty"`
-}
-
-func (s *Server) msgView(ctx context.Context, session string, m *core.Msg) MessageView {
-	v := MessageView{Msg: *m}
-	_ = s.rt.Inspect(ctx, session, func(st *core.State) {
-		if cur := st.Msgs[m.ID]; cur != nil {
-			v.Detail = messageDetail(st, cur)
-		}
-	})
-	return v
-}
-
-// messageDetail is the outcome's explanation, from the text the core gives
-// a sending agent.
-func messageDetail(st *core.State, m *core.Msg) string {
-	var out struct {
-		Detail string `json:"detail"`
-	}
-	_ = json.Unmarshal([]byte(core.RenderOutcome(st, m)), &out)
-	return out.Detail
 }
 
 // transcript writes an agent's transcript as JSONL.
 func (s *Server) transcript(w http.ResponseWriter, r *http.Request) error {
-	id, agent := r.PathValue("session"), r.PathValue("agent")
 	var buf bytes.Buffer
-	if err := s.rt.Transcript(r.Context(), id, agent, &buf); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.Transcript(r.Context(), &buf, &vigil.TranscriptParams{Session: sid(r), Agent: r.PathValue("agent")}); err != nil {
+		return err
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	_, err := buf.WriteTo(w)
 	return err
 }
 
-func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
-	id, agent := r.PathValue("session"), r.PathValue("agent")
-	if err := s.decode(w, r, &struct{}{}, true); err != nil {
-		return err
+// agentAction runs an action on the agent of the path and answers with
+// the agent.
+func (s *Server) agentAction(act func(ctx context.Context, id vigil.SessionID, p *vigil.AgentActionParams) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := s.decode(w, r, &struct{}{}, true); err != nil {
+			return err
+		}
+		agent := r.PathValue("agent")
+		if err := act(r.Context(), sid(r), &vigil.AgentActionParams{Agent: agent, By: by}); err != nil {
+			return err
+		}
+		a, err := s.rt.AgentGet(r.Context(), sid(r), agent)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, a.Agent)
+		return nil
 	}
-	if err := s.rt.CancelRun(r.Context(), id, agent, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
-	}
-	return s.agentViewOf(w, r, id, agent)
-}
-
-func (s *Server) retryAgent(w http.ResponseWriter, r *http.Request) error {
-	id, agent := r.PathValue("session"), r.PathValue("agent")
-	if err := s.decode(w, r, &struct{}{}, true); err != nil {
-		return err
-	}
-	if err := s.rt.RetryAgent(r.Context(), id, agent, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
-	}
-	return s.agentViewOf(w, r, id, agent)
 }
 
 // setBudget replaces the session's budget, or an agent tree's, and answers
 // with the budget and what its scope used; agents a spent budget blocked
 // run again.
 func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
+	id := sid(r)
 	var req BudgetRequest
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
@@ -426,153 +364,116 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.rt.SetBudget(r.Context(), id, req.Agent, budget, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.SetBudget(r.Context(), id, &vigil.SetBudgetParams{Agent: req.Agent, Budget: budget, By: by}); err != nil {
+		return err
 	}
-	var v BudgetView
-	err = s.rt.Inspect(r.Context(), id, func(st *core.State) {
-		v.Budget, v.Agent = st.Session.Budget, req.Agent
-		if main := st.Agents[core.MainAgent]; main != nil {
-			v.Spent = main.Tree
+	v := BudgetView{}
+	if req.Agent == "" {
+		d, err := s.rt.SessionGet(r.Context(), id, nil)
+		if err != nil {
+			return err
 		}
-		if a := st.Agent(req.Agent); req.Agent != "" && a != nil {
-			v.Budget, v.Spent, v.Agent = a.Budget, a.Tree, string(a.ID)
+		v.Budget, v.Spent = d.Session.Budget, d.Spent
+	} else {
+		a, err := s.rt.AgentGet(r.Context(), id, req.Agent)
+		if err != nil {
+			return err
 		}
-	})
-	if err != nil {
-		return s.actionErr(r.Context(), id, err)
+		v.Agent, v.Budget, v.Spent = string(a.ID), a.Budget, a.Tree
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
-func (s *Server) closeAgent(w http.ResponseWriter, r *http.Request) error {
-	id, agent := r.PathValue("session"), r.PathValue("agent")
-	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	runs, err := s.rt.RunList(r.Context(), sid(r), r.URL.Query().Get("agent"))
+	if err != nil {
 		return err
 	}
-	if err := s.rt.CloseAgent(r.Context(), id, agent, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
-	}
-	return s.agentViewOf(w, r, id, agent)
-}
-
-func (s *Server) agentViewOf(w http.ResponseWriter, r *http.Request, id, agent string) error {
-	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) {
-		a, err := agentOf(st, agent)
-		if err != nil {
-			return nil, err
-		}
-		return agentView(st, a), nil
-	})
-}
-
-func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		a, err := agentFilter(st, r)
-		if err != nil {
-			return nil, err
-		}
-		return RunList{Runs: runs(st, a)}, nil
-	})
-}
-
-// agentFilter returns the agent named by the ?agent= query, or nil for
-// all agents.
-func agentFilter(st *core.State, r *http.Request) (*core.Agent, error) {
-	ref := r.URL.Query().Get("agent")
-	if ref == "" {
-		return nil, nil
-	}
-	return agentOf(st, ref)
+	writeJSON(w, http.StatusOK, RunList{Runs: nonNil(runs)})
+	return nil
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		return TaskList{Tasks: tasks(st)}, nil
-	})
+	d, err := s.rt.SessionGet(r.Context(), sid(r), nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TaskList{Tasks: d.Tasks})
+	return nil
 }
 
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		t := st.Tasks[core.TaskID(r.PathValue("task"))]
-		if t == nil {
-			return nil, notFound("no task %q in session %s", r.PathValue("task"), st.Session.ID)
+	d, err := s.rt.SessionGet(r.Context(), sid(r), nil)
+	if err != nil {
+		return err
+	}
+	for _, t := range d.Tasks {
+		if t.ID == vigil.TaskID(r.PathValue("task")) {
+			writeJSON(w, http.StatusOK, t)
+			return nil
 		}
-		return t, nil
-	})
+	}
+	return notFound("no task %q in session %s", r.PathValue("task"), sid(r))
 }
 
 func (s *Server) taskOutput(w http.ResponseWriter, r *http.Request) error {
-	id, task := r.PathValue("session"), r.PathValue("task")
 	q := r.URL.Query()
-	offset, limit := int64(0), int64(64<<10)
+	p := &vigil.TaskOutputParams{Task: vigil.TaskID(r.PathValue("task")), Limit: 64 << 10}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			return badRequest("offset=%q: want a byte offset >= 0", v)
 		}
-		offset = n
+		p.Offset = n
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n > 1<<20 {
 			return badRequest("limit=%q: want 1 to %d bytes", v, 1<<20)
 		}
-		limit = n
+		p.Limit = n
 	}
-	var status core.TaskStatus
-	if err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
-		if t := st.Tasks[core.TaskID(task)]; t != nil {
-			status = t.Status
-		}
-	}); err != nil {
-		return err
-	}
-	data, next, err := s.rt.TaskOutput(r.Context(), id, task, offset, limit)
+	chunk, err := s.rt.TaskOutput(r.Context(), sid(r), p)
 	if err != nil {
 		return err
 	}
-	out := TaskOutput{Task: core.TaskID(task), Status: status, Offset: offset, Next: next, Data: string(data)}
-	if !utf8.Valid(data) {
-		out.Data, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+	out := TaskOutput{Task: chunk.Task, Status: chunk.Status, Offset: chunk.Offset, Next: chunk.Next, Data: string(chunk.Data)}
+	if !utf8.Valid(chunk.Data) {
+		out.Data, out.Encoding = base64.StdEncoding.EncodeToString(chunk.Data), "base64"
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) error {
-	id, task := r.PathValue("session"), r.PathValue("task")
 	if err := s.decode(w, r, &struct{}{}, true); err != nil {
 		return err
 	}
-	if err := s.rt.StopTask(r.Context(), id, task, by); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.StopTask(r.Context(), sid(r), &vigil.StopTaskParams{Task: vigil.TaskID(r.PathValue("task")), By: by}); err != nil {
+		return err
 	}
 	return s.getTask(w, r)
 }
 
 func (s *Server) listInbox(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		a, err := agentFilter(st, r)
-		if err != nil {
-			return nil, err
-		}
-		return InboxList{Items: inbox(st, a)}, nil
-	})
+	items, err := s.rt.InboxList(r.Context(), sid(r), r.URL.Query().Get("agent"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, InboxList{Items: nonNil(items)})
+	return nil
 }
 
 func (s *Server) cancelItem(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
-	if err := s.rt.CancelItem(r.Context(), id, r.PathValue("item"), by); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.CancelItem(r.Context(), sid(r), &vigil.CancelItemParams{Item: vigil.ItemID(r.PathValue("item")), By: by}); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (s *Server) moveItem(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
 	var req MoveRequest
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
@@ -580,42 +481,56 @@ func (s *Server) moveItem(w http.ResponseWriter, r *http.Request) error {
 	if req.Index == nil {
 		return badRequest("index is required")
 	}
-	if err := s.rt.MoveItem(r.Context(), id, r.PathValue("item"), *req.Index); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	if err := s.rt.MoveItem(r.Context(), sid(r), &vigil.MoveItemParams{Item: vigil.ItemID(r.PathValue("item")), Index: *req.Index}); err != nil {
+		return err
 	}
-	return s.inspect(w, r, id, http.StatusOK, func(st *core.State) (any, error) { return InboxList{Items: inbox(st, nil)}, nil })
+	r.URL.RawQuery = "" // every agent's inbox
+	return s.listInbox(w, r)
 }
 
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		return MessageList{Messages: messages(st)}, nil
-	})
+	d, err := s.rt.SessionGet(r.Context(), sid(r), &vigil.SessionGetParams{Messages: true})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, MessageList{Messages: nonNil(d.Messages)})
+	return nil
 }
 
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		m := st.Msgs[core.MsgID(r.PathValue("msg"))]
-		if m == nil {
-			return nil, notFound("no message %q in session %s", r.PathValue("msg"), st.Session.ID)
+	d, err := s.rt.SessionGet(r.Context(), sid(r), &vigil.SessionGetParams{Messages: true})
+	if err != nil {
+		return err
+	}
+	for _, m := range d.Messages {
+		if m.ID == vigil.MessageID(r.PathValue("msg")) {
+			writeJSON(w, http.StatusOK, m)
+			return nil
 		}
-		return MessageView{Msg: *m, Detail: messageDetail(st, m)}, nil
-	})
+	}
+	return notFound("no message %q in session %s", r.PathValue("msg"), sid(r))
 }
 
 func (s *Server) listNotes(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		return NoteList{Notifications: notes(st)}, nil
-	})
+	d, err := s.rt.SessionGet(r.Context(), sid(r), &vigil.SessionGetParams{Notifications: true})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, NoteList{Notifications: nonNil(d.Notifications)})
+	return nil
 }
 
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
-	return s.inspect(w, r, r.PathValue("session"), http.StatusOK, func(st *core.State) (any, error) {
-		return ApprovalList{Approvals: approvals(st)}, nil
-	})
+	d, err := s.rt.SessionGet(r.Context(), sid(r), nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ApprovalList{Approvals: d.Approvals})
+	return nil
 }
 
 func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session")
+	id, approval := sid(r), vigil.ApprovalID(r.PathValue("approval"))
 	var req ApprovalRequest
 	if err := s.decode(w, r, &req, false); err != nil {
 		return err
@@ -634,33 +549,24 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 		if s.opts.Defaults.SaveRule == nil {
 			return badRequest("this server keeps no project rules: answer always without save")
 		}
-		var rerr error
-		if err := s.rt.Inspect(r.Context(), id, func(st *core.State) {
-			p := st.Approvals[core.ApprovalID(r.PathValue("approval"))]
-			if p == nil {
-				rerr = &core.Error{Code: core.CodeNotFound, Message: "no pending permission request " + r.PathValue("approval")}
-				return
-			}
-			cwd = st.Session.Cwd
-			rule, rerr = permission.RuleFor(p.Tool, p.Input)
-		}); err != nil {
-			return s.actionErr(r.Context(), id, err)
+		d, err := s.rt.SessionGet(r.Context(), id, nil)
+		if err != nil {
+			return err
 		}
-		if rerr != nil {
-			return s.actionErr(r.Context(), id, rerr)
+		i := slices.IndexFunc(d.Approvals, func(p vigil.Approval) bool { return p.ID == approval })
+		if i < 0 {
+			return notFound("no pending permission request %s", approval)
+		}
+		if rule, cwd = d.Approvals[i].AlwaysRule, d.Session.Cwd; rule == "" {
+			return badRequest("no rule can allow this call always")
 		}
 		if cwd == "" {
 			return badRequest("the session has no working directory to save the rule for")
 		}
 	}
-	answer := func() error {
-		if req.Always {
-			return s.rt.AnswerApprovalAlways(r.Context(), id, r.PathValue("approval"), by)
-		}
-		return s.rt.AnswerApproval(r.Context(), id, r.PathValue("approval"), *req.Allow, by, req.Reason)
-	}
-	if err := answer(); err != nil {
-		return s.actionErr(r.Context(), id, err)
+	p := &vigil.AnswerApprovalParams{Approval: approval, Allow: *req.Allow, Always: req.Always, By: by, Reason: req.Reason}
+	if err := s.rt.AnswerApproval(r.Context(), id, p); err != nil {
+		return err
 	}
 	if req.Save {
 		if err := s.opts.Defaults.SaveRule(cwd, rule); err != nil {
@@ -669,21 +575,3 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.listApprovals(w, r)
 }
-
-// firstLine returns s's first line, cut to n bytes at a rune boundary.
-func firstLine(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

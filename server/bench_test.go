@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 )
 
 // BenchmarkSSEFanout measures events per second delivered to 100
@@ -52,8 +52,8 @@ func BenchmarkSSEFanout(b *testing.B) {
 		go func() {
 			defer send.Done()
 			for i := s; i < b.N; i += senders {
-				m, err := h.rt.Message(context.Background(), id, "ghost", "x", core.PriorityNext)
-				if err != nil || m.Outcome != core.OutcomeRejected {
+				m, err := h.rt.Message(context.Background(), vigil.SessionID(id), &vigil.MessageParams{To: "ghost", Text: "x"})
+				if err != nil || m.Outcome != vigil.OutcomeRejected {
 					b.Errorf("message: %v %v", m, err)
 					return
 				}

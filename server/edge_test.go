@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 )
 
 // checkJSONError fails unless resp is a JSON error with status and code;
@@ -36,6 +36,7 @@ func checkJSONError(t *testing.T, what string, resp *http.Response, status int, 
 // not a loopback name, the server's own address or an allowed name (DNS
 // rebinding), with a JSON 403 that says how to allow it.
 func TestHostCheck(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *Options) { o.AllowedHosts = []string{"vigil.example", "Proxy.Example:8443"} })
 	do := func(path, host, token string) *http.Response {
 		t.Helper()
@@ -84,6 +85,7 @@ func TestHostCheck(t *testing.T) {
 // to the address a client reached it on (no DNS name is involved, so no
 // rebinding), and to nothing else.
 func TestHostCheckOwnAddress(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	srv := New(h.rt, Options{Token: testToken})
 	r, _ := http.NewRequest("GET", "/healthz", nil)
@@ -101,6 +103,7 @@ func TestHostCheckOwnAddress(t *testing.T) {
 // TestAuthSchemeCaseInsensitive: "bearer", "BEARER" and extra spaces are
 // the same scheme; other schemes and a missing token are refused.
 func TestAuthSchemeCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, auth := range []string{"Bearer " + testToken, "bearer " + testToken, "BEARER " + testToken, "bEaReR  " + testToken + " ", " Bearer " + testToken} {
 		req, _ := http.NewRequest("GET", h.ts.URL+"/api/sessions", nil)
@@ -130,6 +133,7 @@ func TestAuthSchemeCaseInsensitive(t *testing.T) {
 // cleaning, encoded dots and slashes, missing UI files. Every answer is
 // JSON; a wrong method names the allowed ones.
 func TestJSONErrorsEverywhere(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo"})
 	addr := h.ts.Listener.Addr().String()
@@ -236,6 +240,7 @@ func (c countingConn) CloseWrite() error {
 // 1 GiB or 200 kB (under what net/http would read to reuse the connection)
 // and sends 150 kB of it.
 func TestAuthBeforeBody(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var read atomic.Int64
 	s := h.serve(func(ln net.Listener) net.Listener { return countingListener{Listener: ln, read: &read} })
@@ -282,6 +287,7 @@ func TestAuthBeforeBody(t *testing.T) {
 // answered 408 once Options.ReadTimeout passes, and its connection closed;
 // so are headers that never finish (ReadHeaderTimeout).
 func TestSlowBodyCut(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := h.serve(nil, func(o *Options) { o.ReadTimeout = 100 * time.Millisecond; o.ReadHeaderTimeout = 100 * time.Millisecond })
 	id := h.create(CreateSessionRequest{Provider: "echo"})
@@ -314,6 +320,7 @@ func TestSlowBodyCut(t *testing.T) {
 // text of a request are refused with a 400 naming the field; a relative
 // working directory is refused. The session goes on.
 func TestBadText(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo"})
 	base := "/api/sessions/" + id
@@ -349,19 +356,19 @@ func TestBadText(t *testing.T) {
 	// A surrogate pair is one character, and fine.
 	h.must("POST", base+"/prompts", `{"text":"\ud83d\ude00 ok"}`, http.StatusAccepted, nil)
 	h.quiet(id)
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("GET", base, nil, 200, &d)
 	if len(d.Agents) == 0 || d.Agents[0].Runs != 1 {
 		t.Fatalf("the session did not go on: %+v", d.Agents)
 	}
-	var ad AgentDetail
+	var ad vigil.AgentDetail
 	h.must("GET", base+"/agents/main", nil, 200, &ad)
 	if r := ad.RunHistory[0].Reply; r != "echo: \U0001F600 ok" {
 		t.Errorf("reply %q", r)
 	}
 	// An absolute cwd is taken as it is.
 	dir := t.TempDir()
-	h.must("POST", "/api/sessions", CreateSessionRequest{Cwd: dir + "/.", Permissions: &core.Permissions{Mode: core.PermAsk}}, http.StatusCreated, &d)
+	h.must("POST", "/api/sessions", CreateSessionRequest{Cwd: dir + "/.", Permissions: &vigil.Permissions{Mode: vigil.PermAsk}}, http.StatusCreated, &d)
 	if d.Session.Cwd != dir {
 		t.Errorf("cwd %q, want %q", d.Session.Cwd, dir)
 	}

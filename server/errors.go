@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"net/http"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/store"
 )
 
 // ErrorBody is the JSON body of every error response.
@@ -44,41 +41,41 @@ func notFound(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusNotFound, code: "not_found", msg: fmt.Sprintf(format, args...)}
 }
 
-// toAPIError classifies an error of the runtime, the core or the store.
-// Anything unclassified is a 500.
+// statusOf is the HTTP status of each error code of the library: the one
+// table from vigil's error vocabulary to HTTP.
+var statusOf = map[vigil.ErrorCode]int{
+	vigil.CodeNotFound:     http.StatusNotFound,
+	vigil.CodeInvalid:      http.StatusBadRequest,
+	vigil.CodeConflict:     http.StatusConflict,
+	vigil.CodeClosed:       http.StatusConflict,
+	vigil.CodeMoved:        http.StatusConflict,
+	vigil.CodeUnavailable:  http.StatusServiceUnavailable,
+	vigil.CodeRecovering:   http.StatusServiceUnavailable,
+	vigil.CodeShuttingDown: http.StatusServiceUnavailable,
+	vigil.CodeBudget:       http.StatusConflict,
+	vigil.CodeBehind:       http.StatusConflict,
+	vigil.CodeTimeout:      http.StatusGatewayTimeout,
+	vigil.CodeCanceled:     499,
+	vigil.CodeInternal:     http.StatusInternalServerError,
+}
+
+// toAPIError classifies an error of the library (vigil.CodeOf) or of the
+// edge itself. Anything unclassified is a 500.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
 	}
+	code := vigil.CodeOf(err)
+	status, ok := statusOf[code]
+	if !ok {
+		status, code = http.StatusInternalServerError, vigil.CodeInternal
+	}
 	msg := err.Error()
-	switch core.ErrorCodeOf(err) {
-	case core.CodeNotFound:
-		return &apiError{status: http.StatusNotFound, code: "not_found", msg: msg}
-	case core.CodeInvalid:
-		return &apiError{status: http.StatusBadRequest, code: "invalid", msg: msg}
-	case core.CodeConflict:
-		return &apiError{status: http.StatusConflict, code: "conflict", msg: msg}
-	case core.CodeClosed:
-		return &apiError{status: http.StatusConflict, code: "closed", msg: msg}
+	if code == vigil.CodeShuttingDown {
+		msg = "the server is shutting down"
 	}
-	switch {
-	case errors.Is(err, vigil.ErrNoSession), errors.Is(err, store.ErrNotFound):
-		return &apiError{status: http.StatusNotFound, code: "not_found", msg: msg}
-	case errors.Is(err, vigil.ErrRecovering):
-		return &apiError{status: http.StatusServiceUnavailable, code: "recovering", msg: msg}
-	case errors.Is(err, vigil.ErrStoreDown), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrReadOnly):
-		return &apiError{status: http.StatusServiceUnavailable, code: "store_unavailable", msg: msg}
-	case errors.Is(err, vigil.ErrClosed):
-		return &apiError{status: http.StatusServiceUnavailable, code: "shutting_down", msg: "the server is shutting down"}
-	case errors.Is(err, vigil.ErrSessionMoved), errors.Is(err, store.ErrLeaseHeld):
-		return &apiError{status: http.StatusConflict, code: "moved", msg: msg}
-	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: http.StatusGatewayTimeout, code: "timeout", msg: msg}
-	case errors.Is(err, context.Canceled):
-		return &apiError{status: 499, code: "canceled", msg: msg}
-	}
-	return &apiError{status: http.StatusInternalServerError, code: "internal", msg: msg}
+	return &apiError{status: status, code: string(code), msg: msg}
 }
 
 // writeError writes err as a JSON error.

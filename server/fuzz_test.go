@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 )
 
 // fuzzEnv is a server over one store with the sessions the fuzz target
@@ -25,7 +25,7 @@ type fuzzEnv struct {
 
 func newFuzzEnv(f *testing.F, name string, h *harness) *fuzzEnv {
 	e := &fuzzEnv{name: name, h: h}
-	e.session = h.create(CreateSessionRequest{Provider: "echo", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	e.session = h.create(CreateSessionRequest{Provider: "echo", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	e.scratch = h.create(CreateSessionRequest{Provider: "echo"})
 	h.quiet(e.session)
 	return e
@@ -84,7 +84,7 @@ func (e *fuzzEnv) run(t *testing.T, data []byte) {
 	for _, p := range posts {
 		code, b := check("POST", p, data)
 		if p == "/api/sessions" && code == http.StatusCreated {
-			var d SessionDetail
+			var d vigil.SessionDetail
 			if err := json.Unmarshal(b, &d); err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func (e *fuzzEnv) run(t *testing.T, data []byte) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := e.h.rt.WaitQuiescent(ctx, e.session); err != nil {
+	if err := e.h.rt.WaitQuiescent(ctx, vigil.SessionID(e.session)); err != nil {
 		t.Fatalf("%s: the session did not answer a normal prompt after %q: %v", e.name, clipBytes(data), err)
 	}
 	var in InboxList

@@ -3,6 +3,7 @@ package server
 import "testing"
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{
 		"127.0.0.1:7777": true, "127.1.2.3:80": true, "[::1]:7777": true, "localhost:7777": true, "LOCALHOST:1": true,
 		"0.0.0.0:7777": false, ":7777": false, "[::]:7777": false, "192.168.1.5:7777": false, "example.com:7777": false,

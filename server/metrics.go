@@ -11,8 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
-	"github.com/vigilrun/vigil/store"
 )
 
 // Metrics measures the runtime for Prometheus, on a registry of its own.
@@ -47,11 +45,6 @@ type Metrics struct {
 	httpEvicted    prometheus.Counter
 
 	attachOnce sync.Once
-
-	mu sync.Mutex
-	// written holds, per session, when each notification waiting in an
-	// inbox was written, until a run takes it in.
-	written map[string]map[core.NoteKey]time.Time
 }
 
 var _ vigil.Observer = (*Metrics)(nil)
@@ -105,7 +98,6 @@ func NewMetrics() *Metrics {
 		httpEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_http_connections_evicted_total", Help: "Connections in no request closed to make room under the connection cap.",
 		}),
-		written: map[string]map[core.NoteKey]time.Time{},
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.notesWritten, m.notesDelivered, m.messages, m.drops,
 		m.modelCalls, m.modelDuration, m.wakeLatency, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted,
@@ -129,73 +121,37 @@ func (m *Metrics) attach(rt *vigil.Runtime) {
 	m.attachOnce.Do(func() { m.reg.MustRegister(newRuntimeCollector(rt)) })
 }
 
-// Committed implements vigil.Observer.
-func (m *Metrics) Committed(session string, events []core.Event) {
-	for _, e := range events {
-		switch b := e.Body.(type) {
-		case *core.RunStarted:
-			m.runsStarted.WithLabelValues(string(b.Kind)).Inc()
-			m.delivered(session, b.Notes, e.At)
-		case *core.ItemsJoined:
-			m.delivered(session, b.Notes, e.At)
-		case *core.RunEnded:
-			m.runsEnded.WithLabelValues(string(b.Status)).Inc()
-		case *core.NotificationWritten:
-			m.notesWritten.WithLabelValues(b.Note.Status).Inc()
-			if b.Note.Delivery == core.DeliverToolResult {
-				m.notesDelivered.WithLabelValues(string(core.DeliverToolResult)).Inc()
-				continue
-			}
-			m.mu.Lock()
-			w := m.written[session]
-			if w == nil {
-				w = map[core.NoteKey]time.Time{}
-				m.written[session] = w
-			}
-			w[b.Note.Key] = e.At
-			m.mu.Unlock()
-		case *core.NotificationDropped:
-			m.mu.Lock()
-			delete(m.written[session], b.Key)
-			m.mu.Unlock()
-		case *core.MessageSent:
-			if b.Msg.Outcome != core.OutcomePending {
-				m.messages.WithLabelValues(string(b.Msg.Outcome)).Inc()
-			}
-		case *core.MessageResolved:
-			m.messages.WithLabelValues(string(b.Outcome)).Inc()
-		case *core.SessionClosed:
-			m.mu.Lock()
-			delete(m.written, session)
-			m.mu.Unlock()
-		}
+// RunStarted implements vigil.Observer.
+func (m *Metrics) RunStarted(_ vigil.SessionID, kind string) {
+	m.runsStarted.WithLabelValues(kind).Inc()
+}
+
+// RunEnded implements vigil.Observer.
+func (m *Metrics) RunEnded(_ vigil.SessionID, status string) {
+	m.runsEnded.WithLabelValues(status).Inc()
+}
+
+// NotificationWritten implements vigil.Observer.
+func (m *Metrics) NotificationWritten(_ vigil.SessionID, status string) {
+	m.notesWritten.WithLabelValues(status).Inc()
+}
+
+// NotificationDelivered implements vigil.Observer: it counts the
+// notification and, for one taken in by a run, observes its wake latency.
+func (m *Metrics) NotificationDelivered(_ vigil.SessionID, how string, wait time.Duration) {
+	m.notesDelivered.WithLabelValues(how).Inc()
+	if how == "inbox" {
+		m.wakeLatency.Observe(wait.Seconds())
 	}
 }
 
-// delivered counts notifications taken in by a run and observes their
-// wake latency. A notification written before this process started has no
-// write time here: it is counted, not timed.
-func (m *Metrics) delivered(session string, keys []core.NoteKey, at time.Time) {
-	if len(keys) == 0 {
-		return
-	}
-	m.notesDelivered.WithLabelValues(string(core.DeliverInbox)).Add(float64(len(keys)))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w := m.written[session]
-	for _, k := range keys {
-		if t, ok := w[k]; ok {
-			m.wakeLatency.Observe(max(at.Sub(t), 0).Seconds())
-			delete(w, k)
-		}
-	}
-	if len(w) == 0 {
-		delete(m.written, session)
-	}
+// MessageResolved implements vigil.Observer.
+func (m *Metrics) MessageResolved(_ vigil.SessionID, outcome string) {
+	m.messages.WithLabelValues(outcome).Inc()
 }
 
 // Dropped implements vigil.Observer.
-func (m *Metrics) Dropped(session, what, reason string) {
+func (m *Metrics) Dropped(_ vigil.SessionID, what, reason string) {
 	m.drops.WithLabelValues(reason).Inc()
 }
 
@@ -235,7 +191,7 @@ func (c *runtimeCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *runtimeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rows, err := c.rt.Sessions(ctx, &store.SessionListParams{})
+	rows, err := c.rt.SessionList(ctx, nil)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.sessions, err)
 		return
@@ -247,16 +203,15 @@ func (c *runtimeCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		open++
-		depth := 0
-		err := c.rt.Inspect(ctx, row.ID, func(s *core.State) {
-			for _, a := range s.Agents {
-				depth += len(a.Inbox)
-			}
-		})
+		st, err := c.rt.SessionStatus(ctx, row.ID)
 		if err != nil {
 			continue // gone since the listing
 		}
-		ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(depth), row.ID)
+		depth := 0
+		for _, in := range st.Inboxes {
+			depth += in.Items
+		}
+		ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(depth), string(row.ID))
 	}
 	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(open), "open")
 	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(closed), "closed")

@@ -5,8 +5,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 )
 
 // sample returns the value of a counter, gauge or histogram count with the
@@ -55,22 +54,20 @@ func hasLabel(s *dto.Metric, k, v string) bool {
 // TestMetrics runs the coordinator scenario through the API and reads the
 // counters the observer kept.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	id := h.create(CreateSessionRequest{Provider: "coord", Prompt: "Build the release", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	id := h.create(CreateSessionRequest{Provider: "coord", Prompt: "Build the release", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	h.quiet(id)
 	held := h.create(CreateSessionRequest{Provider: "echo"})
 	h.must("POST", "/api/sessions/"+held+"/hold", nil, 200, nil)
 	h.must("POST", "/api/sessions/"+held+"/prompts", PromptRequest{Text: "wait"}, 202, nil)
 	h.must("POST", "/api/sessions/"+held+"/prompts", PromptRequest{Text: "wait more"}, 202, nil)
 
-	s, err := h.rt.State(t.Context(), id)
+	list, err := h.rt.RunList(t.Context(), vigil.SessionID(id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 0
-	for _, a := range s.Agents {
-		runs += len(a.Runs)
-	}
+	runs := len(list)
 	want := map[string]float64{
 		"vigil_runs_started_total":            float64(runs),
 		"vigil_runs_ended_total":              float64(runs),
@@ -119,6 +116,7 @@ func TestMetrics(t *testing.T) {
 
 // TestMetricsCountDrops: a drop the runtime reports is counted by reason.
 func TestMetricsCountDrops(t *testing.T) {
+	t.Parallel()
 	m := NewMetrics()
 	m.Dropped("s1", "model response c3", "stale-model-response")
 	if got, _ := sample(t, m, "vigil_drops_total", map[string]string{"reason": "stale-model-response"}); got != 1 {

@@ -21,6 +21,7 @@ func openAPIPath(p string) string {
 // missing from openapi.yaml, or the document lists a route that is not
 // registered, or their public/authenticated status differ.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		OpenAPI string                    `yaml:"openapi"`
 		Paths   map[string]map[string]any `yaml:"paths"`
@@ -89,6 +90,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 }
 
 func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	code, b := h.call("GET", "/api/openapi.json", nil)
 	if code != 200 {

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 )
 
 // Options configures a Server. Zero fields mean defaults.
@@ -100,7 +99,7 @@ type SessionDefaults struct {
 	SubagentModel string
 	// Permissions apply to a session that gives none; a zero mode means
 	// the runtime's default (ask).
-	Permissions core.Permissions
+	Permissions vigil.Permissions
 	// ProjectRules, when set, returns the allow rules a person saved for a
 	// working directory; they are added to a new session's rules.
 	ProjectRules func(dir string) []string

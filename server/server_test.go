@@ -253,7 +253,7 @@ func (h *harness) mustErr(method, path string, body any, status int, code string
 // create makes a session and returns its id.
 func (h *harness) create(req CreateSessionRequest) string {
 	h.t.Helper()
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("POST", "/api/sessions", req, http.StatusCreated, &d)
 	if d.Session.ID == "" {
 		h.t.Fatal("created session has no id")
@@ -267,13 +267,13 @@ func (h *harness) wait(session string, what string, pred func(core.Event) bool) 
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sub, err := h.rt.Subscribe(ctx, session, 0)
+	sub, err := h.rt.Subscribe(ctx, &vigil.SubscribeParams{Session: vigil.SessionID(session)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer sub.Close()
 	for rec := range sub.C {
-		e, err := vigil.DecodeEvent(rec)
+		e, err := decodeEvent(rec)
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func (h *harness) quiet(session string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := h.rt.WaitQuiescent(ctx, session); err != nil {
+	if err := h.rt.WaitQuiescent(ctx, vigil.SessionID(session)); err != nil {
 		h.t.Fatalf("session %s not quiescent: %v", session, err)
 	}
 }
@@ -302,6 +302,7 @@ func taskEnded(task string) func(core.Event) bool {
 }
 
 func TestHealthzAndUINeedNoToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	code, b := h.callToken("GET", "/healthz", nil, "")
 	if code != 200 || !strings.Contains(string(b), `"ok"`) {
@@ -320,6 +321,7 @@ func TestHealthzAndUINeedNoToken(t *testing.T) {
 // TestAuthRefused calls every authenticated route without a token and
 // with a wrong one.
 func TestAuthRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{})
 	r := strings.NewReplacer("{session}", id, "{agent}", "main", "{task}", "t1", "{item}", "i1", "{msg}", "m1", "{approval}", "p1", "{path...}", "x", "{$}", "")
@@ -348,9 +350,10 @@ func TestAuthRefused(t *testing.T) {
 }
 
 func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	var d SessionDetail
-	code, b := h.call("POST", "/api/sessions", CreateSessionRequest{Prompt: "hello there", Provider: "echo", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	var d vigil.SessionDetail
+	code, b := h.call("POST", "/api/sessions", CreateSessionRequest{Prompt: "hello there", Provider: "echo", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, b)
 	}
@@ -358,14 +361,14 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := string(d.Session.ID)
-	if d.Session.Title != "hello there" || d.Session.Permissions.Mode != core.PermBypass || d.Session.Provider != "echo" {
+	if d.Session.Title != "hello there" || d.Session.Permissions.Mode != vigil.PermBypass || d.Session.Provider != "echo" {
 		t.Errorf("created session: %+v", d.Session)
 	}
 	h.quiet(id)
 
 	var list SessionList
 	h.must("GET", "/api/sessions", nil, 200, &list)
-	if len(list.Sessions) != 1 || list.Sessions[0].ID != id {
+	if len(list.Sessions) != 1 || string(list.Sessions[0].ID) != id {
 		t.Fatalf("sessions: %+v", list)
 	}
 	h.must("GET", "/api/sessions?open=true", nil, 200, &list)
@@ -374,7 +377,7 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 
 	h.must("GET", "/api/sessions/"+id, nil, 200, &d)
-	if len(d.Agents) != 1 || d.Agents[0].Name != "main" || d.Agents[0].Runs != 1 || d.Agents[0].State != core.AgentIdle || !d.Quiescent {
+	if len(d.Agents) != 1 || d.Agents[0].Name != "main" || d.Agents[0].Runs != 1 || d.Agents[0].State != vigil.AgentIdle || !d.Quiescent {
 		t.Fatalf("detail: %+v", d)
 	}
 	if d.Agents[0].LastActive.IsZero() || len(d.Agents[0].Inbox) != 0 || len(d.Status) != 0 {
@@ -383,10 +386,10 @@ func TestSessionLifecycle(t *testing.T) {
 
 	var agents AgentList
 	h.must("GET", "/api/sessions/"+id+"/agents", nil, 200, &agents)
-	if len(agents.Agents) != 1 || agents.Agents[0].ID != core.MainAgent {
+	if len(agents.Agents) != 1 || agents.Agents[0].ID != vigil.MainAgent {
 		t.Fatalf("agents: %+v", agents)
 	}
-	var ad AgentDetail
+	var ad vigil.AgentDetail
 	h.must("GET", "/api/sessions/"+id+"/agents/main", nil, 200, &ad)
 	if len(ad.Transcript) < 2 || len(ad.RunHistory) != 1 || ad.RunHistory[0].Reply != "echo: hello there" {
 		t.Fatalf("agent detail: %+v", ad)
@@ -395,13 +398,13 @@ func TestSessionLifecycle(t *testing.T) {
 
 	var runs RunList
 	h.must("GET", "/api/sessions/"+id+"/runs", nil, 200, &runs)
-	if len(runs.Runs) != 1 || runs.Runs[0].Status != core.RunCompleted || runs.Runs[0].AgentName != "main" {
+	if len(runs.Runs) != 1 || runs.Runs[0].Status != vigil.RunCompleted || runs.Runs[0].AgentName != "main" {
 		t.Fatalf("runs: %+v", runs)
 	}
 	h.must("GET", "/api/sessions/"+id+"/runs?agent=main", nil, 200, &runs)
 
 	var p PromptResult
-	h.must("POST", "/api/sessions/"+id+"/prompts", PromptRequest{Text: "again", Priority: core.PriorityLater}, http.StatusAccepted, &p)
+	h.must("POST", "/api/sessions/"+id+"/prompts", PromptRequest{Text: "again", Priority: vigil.PriorityLater}, http.StatusAccepted, &p)
 	if p.Item == "" {
 		t.Fatalf("prompt: %+v", p)
 	}
@@ -438,6 +441,7 @@ func TestSessionLifecycle(t *testing.T) {
 // TestHoldResumeAndInbox holds the user queue, queues prompts, reorders and
 // cancels them, and checks status explains the hold until resume.
 func TestHoldResumeAndInbox(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo"})
 	base := "/api/sessions/" + id
@@ -494,16 +498,17 @@ func TestHoldResumeAndInbox(t *testing.T) {
 // TestMessageOutcomes: a message is answered with what happened to it; a
 // rejection is an outcome, not an HTTP error.
 func TestMessageOutcomes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	id := h.create(CreateSessionRequest{Provider: "spawn", Prompt: "the job", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	id := h.create(CreateSessionRequest{Provider: "spawn", Prompt: "the job", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	base := "/api/sessions/" + id
 	h.quiet(id)
-	var mv MessageView
+	var mv vigil.Message
 	h.must("POST", base+"/agents/w1/messages", MessageRequest{Text: "one more thing"}, 200, &mv)
-	if mv.Outcome != core.OutcomeResumed || mv.To == "" || !strings.Contains(mv.Detail, "was idle; run 2 started") {
+	if mv.Outcome != vigil.OutcomeResumed || mv.To == "" || !strings.Contains(mv.Detail, "was idle; run 2 started") {
 		t.Fatalf("message to idle w1: %+v", mv)
 	}
-	var m core.Msg
+	var m vigil.Message
 	h.quiet(id)
 	// The worker's transcript, as JSONL, shows the message arriving.
 	code, body := h.call("GET", base+"/agents/w1/transcript", nil)
@@ -512,16 +517,16 @@ func TestMessageOutcomes(t *testing.T) {
 	}
 	h.mustErr("GET", base+"/agents/nobody/transcript", nil, 404, "not_found")
 	h.must("POST", base+"/agents/nobody/messages", MessageRequest{Text: "hello?"}, 200, &m)
-	if m.Outcome != core.OutcomeRejected || !strings.Contains(m.Reason, "nobody") {
+	if m.Outcome != vigil.OutcomeRejected || !strings.Contains(m.Reason, "nobody") {
 		t.Fatalf("message to an unknown agent: %+v", m)
 	}
-	var av AgentView
+	var av vigil.Agent
 	h.must("POST", base+"/agents/w1/close", nil, 200, &av)
-	if av.State != core.AgentClosed {
+	if av.State != vigil.AgentClosed {
 		t.Fatalf("closed agent: %+v", av)
 	}
 	h.must("POST", base+"/agents/w1/messages", MessageRequest{Text: "still there?"}, 200, &m)
-	if m.Outcome != core.OutcomeRejected || !strings.Contains(m.Reason, "closed") {
+	if m.Outcome != vigil.OutcomeRejected || !strings.Contains(m.Reason, "closed") {
 		t.Fatalf("message to a closed agent: %+v", m)
 	}
 	var msgs MessageList
@@ -544,32 +549,34 @@ func TestMessageOutcomes(t *testing.T) {
 // is in flight is answered at once, 202 pending with its promise (DESIGN
 // rule 11); the round's end settles it.
 func TestMessagePendingAnswersAtOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "slow", Prompt: "think"})
 	h.wait(id, "model call in flight", func(e core.Event) bool { _, ok := e.Body.(*core.ModelCallStarted); return ok })
-	var v MessageView
+	var v vigil.Message
 	h.must("POST", "/api/sessions/"+id+"/agents/main/messages", MessageRequest{Text: "hurry"}, http.StatusAccepted, &v)
-	m := v.Msg
-	if m.Outcome != core.OutcomePending || m.ID == "" || !strings.Contains(v.Detail, "joins run 1") || !strings.Contains(v.Detail, "run 2 answers") {
+	m := v
+	if m.Outcome != vigil.OutcomePending || m.ID == "" || !strings.Contains(v.Detail, "joins run 1") || !strings.Contains(v.Detail, "run 2 answers") {
 		t.Fatalf("pending message: %+v", v)
 	}
 	// Cancelling the run settles it.
 	h.must("POST", "/api/sessions/"+id+"/agents/main/cancel", nil, 200, nil)
 	h.wait(id, "message resolved", func(e core.Event) bool { _, ok := e.Body.(*core.MessageResolved); return ok })
 	h.must("GET", "/api/sessions/"+id+"/messages/"+string(m.ID), nil, 200, &m)
-	if m.Outcome == core.OutcomePending {
+	if m.Outcome == vigil.OutcomePending {
 		t.Fatalf("message still pending after the run ended: %+v", m)
 	}
 }
 
 func TestCancelRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "slow", Prompt: "think hard"})
 	base := "/api/sessions/" + id
 	h.wait(id, "model call", func(e core.Event) bool { _, ok := e.Body.(*core.ModelCallStarted); return ok })
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("GET", base, nil, 200, &d)
-	if d.Agents[0].State != core.AgentRunning || d.Agents[0].Run == nil {
+	if d.Agents[0].State != vigil.AgentRunning || d.Agents[0].Run == nil {
 		t.Fatalf("main is not running: %+v", d.Agents[0])
 	}
 	h.must("POST", base+"/agents/main/cancel", nil, 200, nil)
@@ -582,20 +589,21 @@ func TestCancelRun(t *testing.T) {
 }
 
 func TestShellTasks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo hello-task", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo hello-task", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	base := "/api/sessions/" + id
 	h.wait(id, "t1 ended", taskEnded("t1"))
 	var tl TaskList
 	h.must("GET", base+"/tasks", nil, 200, &tl)
-	if len(tl.Tasks) != 1 || tl.Tasks[0].ID != "t1" || tl.Tasks[0].Kind != core.TaskShell || tl.Tasks[0].Status != core.TaskCompleted {
+	if len(tl.Tasks) != 1 || tl.Tasks[0].ID != "t1" || tl.Tasks[0].Kind != vigil.TaskShell || tl.Tasks[0].Status != vigil.TaskCompleted {
 		t.Fatalf("tasks: %+v", tl.Tasks)
 	}
-	var task core.Task
+	var task vigil.Task
 	h.must("GET", base+"/tasks/t1", nil, 200, &task)
 	var out TaskOutput
 	h.must("GET", base+"/tasks/t1/output", nil, 200, &out)
-	if out.Data != "hello-task\n" || out.Next != int64(len(out.Data)) || out.Status != core.TaskCompleted {
+	if out.Data != "hello-task\n" || out.Next != int64(len(out.Data)) || out.Status != vigil.TaskCompleted {
 		t.Fatalf("output: %+v", out)
 	}
 	h.must("GET", fmt.Sprintf("%s/tasks/t1/output?offset=%d&limit=10", base, out.Next), nil, 200, &out)
@@ -621,15 +629,16 @@ func TestShellTasks(t *testing.T) {
 	h.must("POST", base+"/tasks/t2/stop", nil, 200, &task)
 	h.wait(id, "t2 ended", taskEnded("t2"))
 	h.must("GET", base+"/tasks/t2", nil, 200, &task)
-	if task.Status != core.TaskStopped {
+	if task.Status != vigil.TaskStopped {
 		t.Fatalf("stopped task: %+v", task)
 	}
 	h.mustErr("POST", base+"/tasks/t9/stop", nil, 404, "not_found")
 }
 
 func TestApprovals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Permissions: &core.Permissions{Mode: core.PermAsk}})
+	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Permissions: &vigil.Permissions{Mode: vigil.PermAsk}})
 	base := "/api/sessions/" + id
 	h.wait(id, "approval request", func(e core.Event) bool { _, ok := e.Body.(*core.ApprovalRequested); return ok })
 	var aps ApprovalList
@@ -638,9 +647,9 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("approvals: %+v", aps)
 	}
 	p := string(aps.Approvals[0].ID)
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("GET", base, nil, 200, &d)
-	if len(d.Approvals) != 1 || d.Agents[0].State != core.AgentWaiting {
+	if len(d.Approvals) != 1 || d.Agents[0].State != vigil.AgentWaiting {
 		t.Fatalf("detail while waiting: %+v", d)
 	}
 	h.mustErr("POST", base+"/approvals/"+p, `{"reason":"no allow"}`, 400, "invalid")
@@ -654,6 +663,7 @@ func TestApprovals(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo"})
 	base := "/api/sessions/" + id
@@ -709,6 +719,7 @@ func TestBadInput(t *testing.T) {
 // TestServeAndShutdown: Serve returns after its context ends, event
 // streams end at once, Shutdown and Close are safe to repeat.
 func TestServeAndShutdown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *Options) { o.Heartbeat = 5 * time.Millisecond })
 	srv := New(h.rt, Options{Token: testToken, Heartbeat: 5 * time.Millisecond})
 	ln, err := Listen("127.0.0.1:0", false)
@@ -761,20 +772,21 @@ func TestServeAndShutdown(t *testing.T) {
 // TestSessionDefaults: the server's model and permissions fill in what a
 // request leaves out; a request's own choices win.
 func TestSessionDefaults(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(o *Options) {
-		o.Defaults = SessionDefaults{Provider: "echo", Model: "big", SubagentModel: "small", Permissions: core.Permissions{Mode: core.PermAuto, Allow: []string{"Bash(ls *)"}}}
+		o.Defaults = SessionDefaults{Provider: "echo", Model: "big", SubagentModel: "small", Permissions: vigil.Permissions{Mode: vigil.PermAuto, Allow: []string{"Bash(ls *)"}}}
 	})
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("POST", "/api/sessions", CreateSessionRequest{}, 201, &d)
-	if d.Session.Model != "big" || d.Session.Permissions.Mode != core.PermAuto || len(d.Session.Permissions.Allow) != 1 {
+	if d.Session.Model != "big" || d.Session.Permissions.Mode != vigil.PermAuto || len(d.Session.Permissions.Allow) != 1 {
 		t.Errorf("defaults not applied: %+v", d.Session)
 	}
-	d = SessionDetail{}
-	h.must("POST", "/api/sessions", CreateSessionRequest{Provider: "shell", Permissions: &core.Permissions{Mode: core.PermAsk}}, 201, &d)
-	if d.Session.Model != "" || d.Session.Permissions.Mode != core.PermAsk || len(d.Session.Permissions.Allow) != 0 {
+	d = vigil.SessionDetail{}
+	h.must("POST", "/api/sessions", CreateSessionRequest{Provider: "shell", Permissions: &vigil.Permissions{Mode: vigil.PermAsk}}, 201, &d)
+	if d.Session.Model != "" || d.Session.Permissions.Mode != vigil.PermAsk || len(d.Session.Permissions.Allow) != 0 {
 		t.Errorf("the request's choices lost: %+v", d.Session)
 	}
-	d = SessionDetail{}
+	d = vigil.SessionDetail{}
 	h.must("POST", "/api/sessions", CreateSessionRequest{Model: "other"}, 201, &d)
 	if d.Session.Model != "other" {
 		t.Errorf("the request's model lost: %+v", d.Session)
@@ -785,13 +797,14 @@ func TestSessionDefaults(t *testing.T) {
 // the server keeps it for the project directory, and a later session there
 // starts with it.
 func TestApprovalAlwaysSaved(t *testing.T) {
+	t.Parallel()
 	saved := map[string][]string{}
 	h := newHarness(t, func(o *Options) {
 		o.Defaults.SaveRule = func(dir, rule string) error { saved[dir] = append(saved[dir], rule); return nil }
 		o.Defaults.ProjectRules = func(dir string) []string { return saved[dir] }
 	})
 	dir := t.TempDir()
-	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &core.Permissions{Mode: core.PermAsk}})
+	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &vigil.Permissions{Mode: vigil.PermAsk}})
 	base := "/api/sessions/" + id
 	h.wait(id, "approval request", func(e core.Event) bool { _, ok := e.Body.(*core.ApprovalRequested); return ok })
 	var aps ApprovalList
@@ -802,7 +815,7 @@ func TestApprovalAlwaysSaved(t *testing.T) {
 	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Save: true}, 400, "invalid")
 	h.must("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Always: true, Save: true}, 200, &aps)
 	h.wait(id, "t1 ended", taskEnded("t1"))
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("GET", base, nil, 200, &d)
 	if got := d.Session.Permissions.Allow; len(got) != 1 || got[0] != "Bash(echo approved)" {
 		t.Fatalf("session rules: %q", got)
@@ -811,10 +824,20 @@ func TestApprovalAlwaysSaved(t *testing.T) {
 		t.Fatalf("saved rules: %q", saved)
 	}
 	// A later session in the project starts with the rule: nothing to ask.
-	id2 := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &core.Permissions{Mode: core.PermAsk}})
+	id2 := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo approved", Cwd: dir, Permissions: &vigil.Permissions{Mode: vigil.PermAsk}})
 	h.wait(id2, "t1 ended", taskEnded("t1"))
 	h.must("GET", "/api/sessions/"+id2+"/approvals", nil, 200, &aps)
 	if len(aps.Approvals) != 0 {
 		t.Fatalf("the saved rule did not apply: %+v", aps)
 	}
+}
+
+// decodeEvent decodes an event of the library into the core's event, for
+// tests that look at what happened.
+func decodeEvent(e vigil.Event) (core.Event, error) {
+	body, err := core.DecodeBody(e.Type, e.Data)
+	if err != nil {
+		return core.Event{}, err
+	}
+	return core.Event{Seq: e.Seq, At: e.At, Body: body}, nil
 }

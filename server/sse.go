@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/store"
 )
 
 // eventsSession streams one session's events; the SSE id is the event's
@@ -20,13 +19,13 @@ func (s *Server) eventsSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p.Session = r.PathValue("session")
-	sub, err := s.rt.SubscribeEvents(r.Context(), p)
+	p.Session = sid(r)
+	sub, err := s.rt.Subscribe(r.Context(), p)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
-	s.stream(w, r, sub, func(rec store.Record) int64 { return rec.Seq })
+	s.stream(w, r, sub, func(e vigil.Event) int64 { return e.Seq })
 	return nil
 }
 
@@ -37,12 +36,12 @@ func (s *Server) eventsAll(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sub, err := s.rt.SubscribeEvents(r.Context(), p)
+	sub, err := s.rt.Subscribe(r.Context(), p)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
-	s.stream(w, r, sub, func(rec store.Record) int64 { return rec.Global })
+	s.stream(w, r, sub, func(e vigil.Event) int64 { return e.Global })
 	return nil
 }
 
@@ -85,7 +84,7 @@ type CutEvent struct {
 // Last-Event-ID is right even before the first event). Each batch of events
 // is flushed as it is written, each write bounded by
 // Options.StreamWriteTimeout; an idle stream gets a comment heartbeat.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, id func(store.Record) int64) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, id func(vigil.Event) int64) {
 	s.streams.Add(1)
 	defer s.streams.Done()
 	sw := newStreamWriter(w, s.opts.StreamWriteTimeout)
@@ -183,7 +182,7 @@ func (s *Server) writeCut(buf *bytes.Buffer, c CutEvent) {
 // writeEvent encodes one record as an SSE event. A record whose data is
 // not JSON is sent with data null and logged: the id still advances, so the
 // client's position stays right.
-func (s *Server) writeEvent(buf *bytes.Buffer, rec store.Record, id int64) {
+func (s *Server) writeEvent(buf *bytes.Buffer, rec vigil.Event, id int64) {
 	data := json.RawMessage(rec.Data)
 	if !json.Valid(data) {
 		s.log.Warn("event stream: stored event data is not JSON; sending null", "session", rec.Session, "seq", rec.Seq, "type", rec.Type)
@@ -205,7 +204,7 @@ func (s *Server) writeEvent(buf *bytes.Buffer, rec store.Record, id int64) {
 	// client. JSON holds no raw newline, so it is one data line.
 	b := buf.AvailableBuffer()
 	b = append(b, `{"session":`...)
-	b = appendJSONString(b, rec.Session)
+	b = appendJSONString(b, string(rec.Session))
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, rec.Seq, 10)
 	b = append(b, `,"global":`...)

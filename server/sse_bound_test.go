@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -24,8 +23,8 @@ import (
 func reject(t testing.TB, rt *vigil.Runtime, id string, n int, text string) {
 	t.Helper()
 	for range n {
-		m, err := rt.Message(context.Background(), id, "ghost", text, core.PriorityNext)
-		if err != nil || m.Outcome != core.OutcomeRejected {
+		m, err := rt.Message(context.Background(), vigil.SessionID(id), &vigil.MessageParams{To: "ghost", Text: text})
+		if err != nil || m.Outcome != vigil.OutcomeRejected {
 			t.Fatalf("message: %v %v", m, err)
 		}
 	}
@@ -35,6 +34,7 @@ func reject(t testing.TB, rt *vigil.Runtime, id string, n int, text string) {
 // committed from now on, and the first frame tells it where that is; after=0
 // replays from the beginning; Last-Event-ID wins over after.
 func TestSSEStartsAtNow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo", Prompt: "hello"})
 	h.quiet(id)
@@ -87,6 +87,7 @@ func TestSSEStartsAtNow(t *testing.T) {
 // TestSSEStartsAtNowOtherNode: "now" is the store's end even when this
 // runtime published none of it (another node's events).
 func TestSSEStartsAtNowOtherNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo", Prompt: "hello"})
 	h.quiet(id)
@@ -103,7 +104,7 @@ func TestSSEStartsAtNowOtherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	sub, err := other.SubscribeEvents(context.Background(), &vigil.SubscribeParams{FromNow: true})
+	sub, err := other.Subscribe(context.Background(), &vigil.SubscribeParams{FromNow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +142,7 @@ func (l smallSendListener) Accept() (net.Conn, error) {
 // cut once its bounded buffer fills, with a vigil.cut event that says why
 // and where to resume; resuming there misses nothing.
 func TestSSECutsSlowClient(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	wrap, client := smallBuffers()
 	s := h.serve(wrap, func(o *Options) { o.StreamBuffer = 16 << 10; o.StreamWriteTimeout = 10 * time.Minute })
@@ -204,6 +206,7 @@ func TestSSECutsSlowClient(t *testing.T) {
 // TestSSEStalledClientDropped: a client that takes no data at all is
 // dropped once Options.StreamWriteTimeout passes with a write blocked.
 func TestSSEStalledClientDropped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	wrap, client := smallBuffers()
 	s := h.serve(wrap, func(o *Options) { o.StreamBuffer = 64 << 20; o.StreamWriteTimeout = 50 * time.Millisecond })
@@ -228,6 +231,7 @@ func TestSSEStalledClientDropped(t *testing.T) {
 // and WriteTimeout (which bound ordinary requests), as long as its client
 // reads.
 func TestSSEOutlivesTimeouts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := h.serve(nil, func(o *Options) {
 		o.ReadTimeout, o.WriteTimeout, o.Heartbeat = 20*time.Millisecond, 20*time.Millisecond, time.Millisecond
@@ -256,6 +260,7 @@ func TestSSEOutlivesTimeouts(t *testing.T) {
 // TestSSEShutdownCut: a server shutting down tells its stream clients with
 // a vigil.cut event where to resume.
 func TestSSEShutdownCut(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	id := h.create(CreateSessionRequest{Provider: "echo", Prompt: "hi"})
 	h.quiet(id)

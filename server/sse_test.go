@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/store"
 )
 
 // sseEvent is one parsed Server-Sent Event.
 type sseEvent struct {
 	id, event string
-	data      Event
+	data      vigil.Event
 	raw       string // the data as sent
 }
 
@@ -135,8 +135,9 @@ func (s *sseStream) close() {
 // Last-Event-ID and checks the events against the store: every one, in
 // order, none twice, with the right id, type and data.
 func TestSSEReconnectNoGapNoDuplicate(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	id := h.create(CreateSessionRequest{Provider: "coord", Prompt: "Build the release", Permissions: &core.Permissions{Mode: core.PermBypass}})
+	id := h.create(CreateSessionRequest{Provider: "coord", Prompt: "Build the release", Permissions: &vigil.Permissions{Mode: vigil.PermBypass}})
 	path := "/api/sessions/" + id + "/events"
 
 	var got []sseEvent
@@ -186,6 +187,7 @@ func TestSSEReconnectNoGapNoDuplicate(t *testing.T) {
 // TestSSEAllSessions streams every session's events by Global position and
 // resumes across a disconnect.
 func TestSSEAllSessions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.create(CreateSessionRequest{Provider: "echo", Prompt: "first"})
 	s1 := openSSE(t, h.ts.URL, "/api/events?after=0", "")
@@ -217,7 +219,7 @@ func TestSSEAllSessions(t *testing.T) {
 	checkAgainstStore(t, got, all, func(r store.Record) int64 { return r.Global })
 	sessions := map[string]bool{}
 	for _, ev := range got {
-		sessions[ev.data.Session] = true
+		sessions[string(ev.data.Session)] = true
 	}
 	if !sessions[a] || !sessions[b] {
 		t.Errorf("stream of all sessions saw %v, want %s and %s", sessions, a, b)
@@ -232,7 +234,7 @@ func checkAgainstStore(t *testing.T, got []sseEvent, recs []store.Record, pos fu
 	for i := range min(len(got), len(recs)) {
 		ev, rec := got[i], recs[i]
 		if ev.id != strconv.FormatInt(pos(rec), 10) || ev.event != rec.Type || ev.data.Seq != rec.Seq ||
-			ev.data.Session != rec.Session || ev.data.Type != rec.Type || !ev.data.At.Equal(rec.At) {
+			string(ev.data.Session) != rec.Session || ev.data.Type != rec.Type || !ev.data.At.Equal(rec.At) {
 			t.Fatalf("event %d: got id %s %s seq %d, store has %d %s seq %d (gap or duplicate)", i, ev.id, ev.event, ev.data.Seq, pos(rec), rec.Type, rec.Seq)
 		}
 		var a, b any
@@ -246,6 +248,7 @@ func checkAgainstStore(t *testing.T, got []sseEvent, recs []store.Record, pos fu
 // compacted, and data that is not JSON is sent as null, so every event is
 // one data line of valid JSON.
 func TestWriteEventKeepsOneDataLine(t *testing.T) {
+	t.Parallel()
 	s := New(nil, Options{Token: "x"})
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	for _, c := range []struct{ in, want string }{
@@ -254,12 +257,12 @@ func TestWriteEventKeepsOneDataLine(t *testing.T) {
 		{`not json`, `null`},
 	} {
 		var buf bytes.Buffer
-		s.writeEvent(&buf, store.Record{Session: "s\"1", Seq: 7, Global: 9, At: at, Type: "run.started", Data: []byte(c.in)}, 7)
+		s.writeEvent(&buf, vigil.Event{Session: "s\"1", Seq: 7, Global: 9, At: at, Type: "run.started", Data: []byte(c.in)}, 7)
 		lines := strings.Split(strings.TrimSuffix(buf.String(), "\n\n"), "\n")
 		if len(lines) != 3 || lines[0] != "id: 7" || lines[1] != "event: run.started" || !strings.HasPrefix(lines[2], "data: ") {
 			t.Fatalf("event %q", buf.String())
 		}
-		var ev Event
+		var ev vigil.Event
 		if err := json.Unmarshal([]byte(lines[2][6:]), &ev); err != nil {
 			t.Fatalf("data %q: %v", lines[2], err)
 		}

@@ -151,11 +151,13 @@ func TestUI(t *testing.T) {
 	// The shell task waits for permission: answer it from the banner.
 	b.waitText(".b-approval", "Permission request")
 	b.waitText(".b-approval", "sleep 30")
+	// It says what "Allow always" would add, and what that grants.
+	b.waitText(".b-approval .grants", "Allow always adds Bash(sleep 30")
 	b.screenshot("ui-session-running-laptop.png")
 	b.click(".b-approval button.approve-always")
 	b.waitGone(".b-approval")
 	// "Allow always" left a session rule for the same call.
-	var d SessionDetail
+	var d vigil.SessionDetail
 	h.must("GET", "/api/sessions/"+b.eval(`location.hash.split("/")[2] || ""`), nil, 200, &d)
 	if allow := d.Session.Permissions.Allow; len(allow) != 1 || !strings.HasPrefix(allow[0], "Bash(") || !strings.Contains(allow[0], "sleep 30") {
 		t.Fatalf("rules after allow always: %q", allow)

@@ -18,9 +18,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/internal/text"
 	"github.com/vigilrun/vigil/server"
-	"github.com/vigilrun/vigil/store"
 )
 
 // The client commands talk to a running 'vigil serve'. The address comes
@@ -138,7 +138,7 @@ func answerError(status int, b []byte) error {
 	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
 		return &apiError{status: status, code: eb.Error.Code, message: eb.Error.Message}
 	}
-	return &apiError{status: status, code: "http", message: fmt.Sprintf("server answered %d: %s", status, clip(string(b), 200))}
+	return &apiError{status: status, code: "http", message: fmt.Sprintf("server answered %d: %s", status, text.OneLine(string(b), 200))}
 }
 
 // get decodes a GET answer into out, or prints it raw with --json.
@@ -247,13 +247,13 @@ func cmdSessions(ctx context.Context, e *env, args []string) error {
 		if s.Closed {
 			state = "closed"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, state, ago(s.Updated), s.LastSeq, s.InputTokens+s.OutputTokens, clip(s.Title, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, state, ago(s.Updated), s.LastSeq, s.InputTokens+s.OutputTokens, text.OneLine(s.Title, 60))
 	}
 	return tw.Flush()
 }
 
 func cmdShow(ctx context.Context, e *env, args []string) error {
-	return sessionView(ctx, e, "show", args, nil, func(d *server.SessionDetail) error {
+	return sessionView(ctx, e, "show", args, nil, func(d *vigil.SessionDetail) error {
 		s := d.Session
 		state := "open"
 		if s.Closed {
@@ -284,7 +284,7 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 		if len(d.Approvals) > 0 {
 			fmt.Fprintln(e.stdout, "\npermission requests waiting for an answer:")
 			for _, p := range d.Approvals {
-				fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, clip(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
+				fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, text.OneLine(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
 			}
 		}
 		printStatus(e, d.Status, false)
@@ -296,7 +296,7 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 }
 
 // doing says what an agent is doing now.
-func doing(a server.AgentView) string {
+func doing(a vigil.Agent) string {
 	r := a.Run
 	if r == nil {
 		return ""
@@ -304,7 +304,7 @@ func doing(a server.AgentView) string {
 	s := fmt.Sprintf("run %d round %d", r.Seq, r.Round)
 	switch {
 	case r.Call != nil:
-		s += ": model call " + string(r.Call.State)
+		s += ": model call " + r.Call.State
 	case len(r.Tools) > 0:
 		var names []string
 		for _, t := range r.Tools {
@@ -319,7 +319,7 @@ func doing(a server.AgentView) string {
 	return s
 }
 
-func printTasks(e *env, tasks []*core.Task) error {
+func printTasks(e *env, tasks []vigil.Task) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tKIND\tSTATUS\tOWNER\tSTARTED\tENDED\tEXIT\tWHAT")
 	for _, t := range tasks {
@@ -331,16 +331,16 @@ func printTasks(e *env, tasks []*core.Task) error {
 			ended = ago(t.Ended)
 		}
 		what := t.Description
-		if t.Kind == core.TaskShell && t.Command != "" {
+		if t.Kind == vigil.TaskShell && t.Command != "" {
 			what = t.Command
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Status, t.Owner, ago(t.Started), ended, exit, clip(what, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Status, t.Owner, ago(t.Started), ended, exit, text.OneLine(what, 60))
 	}
 	return tw.Flush()
 }
 
 // printStatus prints the non-empty inboxes and why each is not draining.
-func printStatus(e *env, inboxes []core.InboxStatus, always bool) {
+func printStatus(e *env, inboxes []vigil.InboxStatus, always bool) {
 	if len(inboxes) == 0 {
 		if always {
 			fmt.Fprintln(e.stdout, "every inbox is empty")
@@ -394,7 +394,7 @@ func printStatusView(e *env, st server.StatusView) {
 		}
 		fmt.Fprintln(e.stdout, line)
 	}
-	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s%s\n", spendLine(st.Spent), budgetLine(st.Budget), remainingLine(st.Budget, st.Spent))
+	fmt.Fprintf(e.stdout, "used: %s\nbudget: %s%s\n", spendLine(st.Spent), st.Budget.String(), remainingLine(st.Budget, st.Spent))
 	if iso := st.Isolation; iso.Sandbox != "" {
 		network := "network off"
 		if iso.Network {
@@ -420,7 +420,7 @@ func cmdSend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "prompts"), server.PromptRequest{Text: pos[1], Priority: core.Priority(prio)})
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "prompts"), server.PromptRequest{Text: pos[1], Priority: vigil.Priority(prio)})
 	if err != nil {
 		return err
 	}
@@ -451,12 +451,12 @@ func cmdMessage(ctx context.Context, e *env, args []string) error {
 	// that on stderr.
 	done := make(chan struct{})
 	go progress(e, done, fmt.Sprintf("waiting for %s's model round to decide the message's outcome", pos[1]))
-	b, status, err := c.do(ctx, "POST", sessionPath(pos[0], "agents", pos[1], "messages"), server.MessageRequest{Text: pos[2], Priority: core.Priority(prio)})
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "agents", pos[1], "messages"), server.MessageRequest{Text: pos[2], Priority: vigil.Priority(prio)})
 	close(done)
 	if err != nil {
 		return err
 	}
-	var m core.Msg
+	var m vigil.Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
@@ -465,29 +465,29 @@ func cmdMessage(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "message %s → %s: %s\n", m.ID, pos[1], describeOutcome(&m, status))
+		fmt.Fprintf(e.stdout, "message %s → %s: %s\n", m.ID, pos[1], describeOutcome(&m))
 	}
-	if m.Outcome == core.OutcomeRejected {
+	if m.Outcome == vigil.OutcomeRejected {
 		return &exitError{code: 1, err: fmt.Errorf("message rejected: %s", m.Reason)}
 	}
 	return nil
 }
 
-func describeOutcome(m *core.Msg, status int) string {
+func describeOutcome(m *vigil.Message) string {
 	switch m.Outcome {
-	case core.OutcomeJoined:
+	case vigil.OutcomeJoined:
 		return fmt.Sprintf("joined (run %d sees it at its next model round)", m.Run)
-	case core.OutcomeQueuedBehindStop:
+	case vigil.OutcomeQueuedBehindStop:
 		why := m.Reason
 		if why == "" {
 			why = fmt.Sprintf("run %d was ending", m.Run)
 		}
 		return fmt.Sprintf("queued-behind-stop (%s; run %d answers)", why, m.Run+1)
-	case core.OutcomeResumed:
+	case vigil.OutcomeResumed:
 		return fmt.Sprintf("resumed (the agent was idle; run %d answers)", m.Run)
-	case core.OutcomeRejected:
+	case vigil.OutcomeRejected:
 		return "rejected: " + m.Reason
-	case core.OutcomePending:
+	case vigil.OutcomePending:
 		return fmt.Sprintf("pending: the agent's model round is in flight; the message joins run %d if the run goes on, else run %d answers (see 'vigil show')", m.Run, m.Run+1)
 	}
 	return string(m.Outcome)
@@ -545,7 +545,7 @@ func cmdStop(ctx context.Context, e *env, args []string) error {
 	if cf.json {
 		return printRaw(e, b)
 	}
-	var t core.Task
+	var t vigil.Task
 	if err := json.Unmarshal(b, &t); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
@@ -569,7 +569,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if cf.json {
 		return printRaw(e, b)
 	}
-	var a server.AgentView
+	var a vigil.Agent
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
@@ -685,7 +685,7 @@ func cmdNew(ctx context.Context, e *env, args []string) error {
 	}
 	req.Prompt = pos[0]
 	if mode != "" || len(allow) > 0 || len(deny) > 0 {
-		req.Permissions = &core.Permissions{Mode: core.PermissionMode(mode), Allow: allow, Deny: deny}
+		req.Permissions = &vigil.Permissions{Mode: vigil.PermissionMode(mode), Allow: allow, Deny: deny}
 	}
 	c, err := cf.client(e)
 	if err != nil {
@@ -703,7 +703,7 @@ func cmdNew(ctx context.Context, e *env, args []string) error {
 	if cf.json {
 		return printRaw(e, b)
 	}
-	var d server.SessionDetail
+	var d vigil.SessionDetail
 	if err := json.Unmarshal(b, &d); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
@@ -738,7 +738,7 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var d server.SessionDetail
+	var d vigil.SessionDetail
 	if _, err := c.get(ctx, sessionPath(pos[0]), &d); err != nil {
 		return err
 	}
@@ -746,10 +746,7 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 	if cf.json {
 		format = "raw"
 	}
-	tl := newTimeline(e.stdout, d.Session.Created, format)
-	for _, a := range d.Agents {
-		tl.names[a.ID] = a.Name
-	}
+	tl := newTimeline(e.stdout, d.Session.Created, format, d.Agents...)
 	until := d.Seq
 	if !follow && until == 0 {
 		return nil
@@ -757,12 +754,12 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 	var last int64
 	wait := 250 * time.Millisecond
 	for {
-		err := c.stream(ctx, sessionPath(pos[0], "events"), last, func(ev server.Event, raw string) bool {
+		err := c.stream(ctx, sessionPath(pos[0], "events"), last, func(ev vigil.Event, raw string) bool {
 			last = ev.Seq
 			if cf.json {
 				fmt.Fprintln(e.stdout, raw)
 			} else {
-				tl.record(store.Record{Session: ev.Session, Seq: ev.Seq, Global: ev.Global, At: ev.At, Type: ev.Type, Data: ev.Data})
+				tl.record(ev)
 			}
 			return follow || last < until
 		})
@@ -794,7 +791,7 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 
 // stream reads an event stream from after, calling fn for each event
 // until fn returns false (then nil), the stream ends (nil) or fails.
-func (c *apiClient) stream(ctx context.Context, path string, after int64, fn func(ev server.Event, raw string) bool) error {
+func (c *apiClient) stream(ctx context.Context, path string, after int64, fn func(ev vigil.Event, raw string) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// From the beginning (after=0) or after the last event seen: a server
@@ -828,9 +825,9 @@ func (c *apiClient) stream(ctx context.Context, path string, after int64, fn fun
 			_ = json.Unmarshal([]byte(f.Data), &cut)
 			return fmt.Errorf("the server cut the stream (%s: %s); it resumes after event %d", cut.Reason, cut.Message, cut.ResumeAfter)
 		}
-		var ev server.Event
+		var ev vigil.Event
 		if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
-			return fmt.Errorf("bad event %q: %w", clip(f.Data, 100), err)
+			return fmt.Errorf("bad event %q: %w", text.OneLine(f.Data, 100), err)
 		}
 		if !fn(ev, f.Data) {
 			return errStopStream
@@ -1047,52 +1044,31 @@ func cmdBudget(ctx context.Context, e *env, args []string) error {
 	if v.Agent != "" {
 		scope = "agent tree of " + v.Agent
 	}
-	fmt.Fprintf(e.stdout, "%s: budget %s; used %s\n", scope, budgetLine(v.Budget), spendLine(v.Spent))
+	fmt.Fprintf(e.stdout, "%s: budget %s; used %s\n", scope, v.Budget.String(), spendLine(v.Spent))
 	return nil
 }
 
-// budgetLine formats a budget's bounds.
-func budgetLine(b core.Budget) string {
-	var parts []string
-	if b.Tokens > 0 {
-		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
-	}
-	if b.Rounds > 0 {
-		parts = append(parts, fmt.Sprintf("%d rounds", b.Rounds))
-	}
-	if b.Wall > 0 {
-		parts = append(parts, b.Wall.String()+" run time")
-	}
-	if b.Cost > 0 {
-		parts = append(parts, core.FormatUSD(b.Cost))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
 // spendLine formats what a scope used.
-func spendLine(s core.Spend) string {
+func spendLine(s vigil.Spend) string {
 	u := s.Usage
 	line := fmt.Sprintf("%d tokens (in %d, out %d, cache read %d, cache write %d), %d rounds, %s run time",
 		u.Total(), u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, s.Rounds, s.Wall.Round(time.Millisecond))
 	switch {
-	case s.Unpriced > 0 && s.Cost == 0:
+	case s.Unpriced > 0 && s.CostMicros == 0:
 		line += ", cost unknown (no price for the model)"
 	case s.Unpriced > 0:
-		line += fmt.Sprintf(", %s for the priced rounds (%d rounds unpriced)", core.FormatUSD(s.Cost), s.Unpriced)
+		line += fmt.Sprintf(", %s for the priced rounds (%d rounds unpriced)", vigil.USD(s.CostMicros), s.Unpriced)
 	default:
-		line += ", " + core.FormatUSD(s.Cost)
+		line += ", " + vigil.USD(s.CostMicros)
 	}
 	return line
 }
 
 // remainingLine says what a budget has left: "; left: 1200 tokens, 30 rounds".
-func remainingLine(b core.Budget, s core.Spend) string {
+func remainingLine(b vigil.Budget, s vigil.Spend) string {
 	var parts []string
 	if b.Tokens > 0 {
-		parts = append(parts, fmt.Sprintf("%d tokens", max(b.Tokens-s.Tokens(), 0)))
+		parts = append(parts, fmt.Sprintf("%d tokens", max(b.Tokens-s.Usage.Total(), 0)))
 	}
 	if b.Rounds > 0 {
 		parts = append(parts, fmt.Sprintf("%d rounds", max(b.Rounds-s.Rounds, 0)))
@@ -1100,8 +1076,8 @@ func remainingLine(b core.Budget, s core.Spend) string {
 	if b.Wall > 0 {
 		parts = append(parts, max(b.Wall-s.Wall, 0).Round(time.Second).String()+" run time")
 	}
-	if b.Cost > 0 {
-		parts = append(parts, core.FormatUSD(max(b.Cost-s.Cost, 0)))
+	if b.CostMicros > 0 {
+		parts = append(parts, vigil.USD(max(b.CostMicros-s.CostMicros, 0)))
 	}
 	if len(parts) == 0 {
 		return ""

@@ -160,7 +160,7 @@ func (ts *testServer) quiet(t *testing.T, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := ts.rt.WaitQuiescent(ctx, id); err != nil {
+	if err := ts.rt.WaitQuiescent(ctx, vigil.SessionID(id)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -183,7 +183,7 @@ func TestClientCommands(t *testing.T) {
 	if out := ts.ok(t, "show", id); !strings.Contains(out, "main") || !strings.Contains(out, "idle") || !strings.Contains(out, "quiescent") {
 		t.Errorf("show:\n%s", out)
 	}
-	var d server.SessionDetail
+	var d vigil.SessionDetail
 	if err := json.Unmarshal([]byte(ts.ok(t, "show", id, "--json")), &d); err != nil || string(d.Session.ID) != id {
 		t.Errorf("show --json: %v", err)
 	}
@@ -405,7 +405,7 @@ func TestClientLogsFollowReconnects(t *testing.T) {
 	}
 	var seqs []int64
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var ev server.Event
+		var ev vigil.Event
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
@@ -436,17 +436,17 @@ func waitEvent(t *testing.T, rt *vigil.Runtime, session string, pred func(core.E
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sub, err := rt.Subscribe(ctx, session, 0)
+	sub, err := rt.Subscribe(ctx, &vigil.SubscribeParams{Session: vigil.SessionID(session)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	for rec := range sub.C {
-		e, err := vigil.DecodeEvent(rec)
+	for ev := range sub.C {
+		body, err := core.DecodeBody(ev.Type, ev.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pred(e) {
+		if pred(core.Event{Seq: ev.Seq, At: ev.At, Body: body}) {
 			return
 		}
 	}

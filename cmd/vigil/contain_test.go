@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/store"
@@ -161,7 +160,7 @@ func checkTasksEnded(t *testing.T, st store.Store, session string) {
 	written := map[core.NoteKey]int{}
 	recoveries := 0
 	for _, r := range recs {
-		e, err := vigil.DecodeEvent(r)
+		e, err := decodeRecord(r)
 		if err != nil {
 			t.Fatal(err)
 		}

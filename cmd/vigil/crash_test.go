@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/internal/sandbox"
@@ -236,7 +235,7 @@ func checkStore(t *testing.T, st store.Store, session string) {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			e, err := vigil.DecodeEvent(r)
+			e, err := decodeRecord(r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -343,4 +342,14 @@ func checkStore(t *testing.T, st store.Store, session string) {
 		t.Errorf("the finished session was not closed")
 	}
 	t.Logf("%d events, %d recoveries, %d notifications, %d messages, %d items given back, %d shell tasks interrupted", len(evs), recoveries, len(written), len(s.Msgs), returned, interrupted)
+}
+
+// decodeRecord decodes a stored event for the checks on what the store
+// holds.
+func decodeRecord(r store.Record) (core.Event, error) {
+	body, err := core.DecodeBody(r.Type, r.Data)
+	if err != nil {
+		return core.Event{}, fmt.Errorf("event %s#%d: %w", r.Session, r.Seq, err)
+	}
+	return core.Event{Seq: r.Seq, At: r.At, Body: body}, nil
 }

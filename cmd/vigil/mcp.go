@@ -13,9 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/mcpserver"
-	"github.com/vigilrun/vigil/store"
 )
 
 // cmdMCP serves vigil's MCP tools on stdin/stdout: on the store of the data
@@ -99,7 +97,7 @@ flags:`)
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// The sessions of MCP callers: those a 'vigil run' or 'vigil serve'
 		// left open are theirs to take over.
-		Adopt: func(row store.SessionRow) bool { return row.Owner != "" },
+		Adopt: func(s vigil.SessionSummary) bool { return s.Owner != "" },
 	})
 	if err != nil {
 		return fmt.Errorf("open runtime: %w", err)
@@ -110,7 +108,7 @@ flags:`)
 		Logger: logger, Owner: key, Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: wd,
 	}
 	if c := provs.cfg; c != nil {
-		opts.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.AllowFor(wd), Deny: c.Deny}
+		opts.Permissions = vigil.Permissions{Mode: vigil.PermissionMode(c.PermissionMode), Allow: c.AllowFor(wd), Deny: c.Deny}
 	}
 	srv := mcpserver.New(rt, opts)
 	logger.Info("serving MCP on stdio", "data", dataDir, "provider", provs.name)

@@ -14,9 +14,8 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/config"
-	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/internal/text"
 )
 
 // stringList is a repeatable string flag.
@@ -81,7 +80,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
 		// A headless run takes over only the session it resumes; other
 		// open sessions of the store are left to their owners or to serve.
-		Adopt: func(row store.SessionRow) bool { return row.ID == *resume },
+		Adopt: func(s vigil.SessionSummary) bool { return string(s.ID) == *resume },
 	})
 	if err != nil {
 		return err
@@ -104,39 +103,39 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			deny = c.Deny
 		}
 	}
-	var id string
+	var id vigil.SessionID
 	closedAlready := false
 	if *resume != "" {
 		if sf.memory {
 			return &exitError{code: 2, err: errors.New("--resume needs a durable store, not --memory")}
 		}
-		id = *resume
-		prev, err := rt.State(ctx, id)
+		id = vigil.SessionID(*resume)
+		prev, err := rt.SessionGet(ctx, id, nil)
 		if err != nil {
 			return fmt.Errorf("resume %s: %w", id, err)
 		}
 		closedAlready = prev.Session.Closed
 		if fs.NArg() == 1 {
-			if _, err := rt.Prompt(ctx, id, fs.Arg(0), core.PriorityNext); err != nil {
+			if _, err := rt.Prompt(ctx, id, &vigil.PromptParams{Text: fs.Arg(0), Priority: vigil.PriorityNext}); err != nil {
 				return err
 			}
 		}
 	} else {
-		sess, err := rt.CreateSession(ctx, vigil.SessionParams{
-			Title: firstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
+		sess, err := rt.CreateSession(ctx, &vigil.SessionParams{
+			Title: text.FirstLine(fs.Arg(0), 60), Prompt: fs.Arg(0), Provider: provs.name, Model: provs.model,
 			SubagentModel: provs.subagentModel, Cwd: *cwd,
-			Permissions: core.Permissions{Mode: core.PermissionMode(*mode), Allow: allow, Deny: deny},
+			Permissions: vigil.Permissions{Mode: vigil.PermissionMode(*mode), Allow: allow, Deny: deny},
 			Budget:      bf.budget(),
 		})
 		if err != nil {
 			return err
 		}
-		id = string(sess.ID)
+		id = sess.ID
 	}
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sub, err := rt.Subscribe(tctx, id, 0)
+	sub, err := rt.Subscribe(tctx, &vigil.SubscribeParams{Session: id})
 	if err != nil {
 		return err
 	}
@@ -148,12 +147,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		want := int64(-1)
 		for {
 			select {
-			case rec, ok := <-sub.C:
+			case ev, ok := <-sub.C:
 				if !ok {
 					return
 				}
-				printer.record(rec)
-				if want >= 0 && rec.Seq >= want {
+				printer.record(ev)
+				if want >= 0 && ev.Seq >= want {
 					return
 				}
 			case want = <-target:
@@ -166,26 +165,30 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var waitErr error
 	if !closedAlready { // a session closed before is done: just report it
 		waitErr = rt.WaitQuiescent(tctx, id)
-		if errors.Is(waitErr, vigil.ErrNoSession) {
+		if errors.Is(waitErr, vigil.ErrNotFound) {
 			return fmt.Errorf("session %s is held by another live vigil process, which will finish it", id)
 		}
 	}
 	blocked := false
-	if s, err := rt.State(ctx, id); err == nil {
-		for _, aid := range s.Order {
-			if a := s.Agents[aid]; a.Blocked != nil && len(a.Inbox) > 0 && a.State != core.AgentClosed {
+	if d, err := rt.SessionGet(ctx, id, nil); err == nil {
+		for _, a := range d.Agents {
+			if a.Blocked != nil && len(a.Inbox) > 0 && a.State != vigil.AgentClosed {
 				blocked = true
 			}
 		}
 	}
 	if waitErr == nil && !*keepOpen && !closedAlready && !blocked {
 		// Done: close the session so no later vigil takes it over.
-		if err := rt.CloseSession(ctx, id, "vigil run"); err != nil && core.ErrorCodeOf(err) != core.CodeClosed {
+		if err := rt.CloseSession(ctx, id, "vigil run"); err != nil && vigil.CodeOf(err) != vigil.CodeClosed {
 			logger.Warn("could not close the finished session", "session", id, "err", err)
 		}
 	}
 	// Print every event committed up to now before the result.
-	s, serr := rt.State(ctx, id)
+	s, serr := rt.SessionGet(ctx, id, nil)
+	var mainRuns []vigil.Run
+	if serr == nil {
+		mainRuns, serr = rt.RunList(ctx, id, string(vigil.MainAgent))
+	}
 	if serr == nil {
 		target <- s.Seq
 		select {
@@ -198,7 +201,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if serr != nil {
 		return serr
 	}
-	res := summarize(s, time.Since(start))
+	res := summarize(s, mainRuns, time.Since(start))
 	if blocked && waitErr == nil {
 		// Left open: what the blocked agents hold is still owed to their
 		// model. A new prompt (--resume ID "…") or vigil retry goes on.
@@ -222,7 +225,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 2}
 	case blocked:
 		return &exitError{code: 4}
-	case res.MainStatus != string(core.RunCompleted):
+	case res.MainStatus != "completed":
 		return &exitError{code: 3}
 	}
 	return nil
@@ -243,42 +246,41 @@ type result struct {
 	Drops         int    `json:"drops"`
 	// Spent is what the whole session used, cache tokens and cost
 	// included; Compactions counts context compactions.
-	Spent       core.Spend `json:"spent"`
-	Compactions int        `json:"compactions"`
-	Pending     []string   `json:"pending,omitempty"`
+	Spent       vigil.Spend `json:"spent"`
+	Compactions int         `json:"compactions"`
+	Pending     []string    `json:"pending,omitempty"`
 }
 
-func summarize(s *core.State, d time.Duration) result {
-	r := result{Session: string(s.Session.ID), Status: "quiescent", DurationMS: d.Milliseconds(), Notifications: len(s.NoteOrder), Messages: len(s.Msgs)}
-	for _, id := range s.Order {
-		a := s.Agents[id]
-		r.Runs += len(a.Runs)
+// summarize reports a session from its detail and its main agent's runs
+// (vigil.Runtime.RunList).
+func summarize(d *vigil.SessionDetail, mainRuns []vigil.Run, dur time.Duration) result {
+	r := result{Session: string(d.Session.ID), Status: "quiescent", DurationMS: dur.Milliseconds(), Notifications: d.NotificationCount, Messages: d.MessageCount, Spent: d.Spent}
+	for _, a := range d.Agents {
+		r.Runs += a.Runs
 		r.InputTokens += a.Usage.InputTokens
 		r.OutputTokens += a.Usage.OutputTokens
-		if a.Compacted != nil {
-			r.Compactions += a.Compacted.Seq
-		}
+		r.Compactions += a.Compactions
 	}
-	for _, n := range s.Drops {
+	for _, n := range d.Drops {
 		r.Drops += n
 	}
-	main := s.Agents[core.MainAgent]
-	r.Spent = main.Tree
-	if n := len(main.Runs); n > 0 {
-		r.Reply = main.Runs[n-1].Reply
-		r.MainStatus = string(main.Runs[n-1].Status)
-		if main.Runs[n-1].Error != "" {
-			r.Reply = "error: " + main.Runs[n-1].Error
+	// The last run that ended: RunList ends with the one in progress, if any.
+	for i := len(mainRuns) - 1; i >= 0; i-- {
+		if run := mainRuns[i]; run.Status != vigil.RunRunning {
+			r.Reply, r.MainStatus = run.Reply, string(run.Status)
+			if run.Error != "" {
+				r.Reply = "error: " + run.Error
+			}
+			break
 		}
 	}
 	return r
 }
 
 // pending lists what keeps a session from being quiescent.
-func pending(s *core.State) []string {
+func pending(d *vigil.SessionDetail) []string {
 	var out []string
-	for _, id := range s.Order {
-		a := s.Agents[id]
+	for _, a := range d.Agents {
 		if r := a.Run; r != nil {
 			what := fmt.Sprintf("run %s#%d in progress", a.Name, r.Seq)
 			if r.Call != nil {
@@ -289,32 +291,21 @@ func pending(s *core.State) []string {
 			out = append(out, what)
 		}
 	}
-	for _, st := range core.Status(s) {
+	for _, st := range d.Status {
 		out = append(out, fmt.Sprintf("inbox of %s: %d item(s): %s", st.Name, st.Items, st.Reason))
 	}
-	for _, id := range s.TaskOrder {
-		if t := s.Tasks[id]; t.Kind == core.TaskShell && t.Status.Live() {
-			out = append(out, fmt.Sprintf("task %s %s: %s", id, t.Status, t.Command))
+	for _, t := range d.Tasks {
+		if t.Kind == vigil.TaskShell && t.Live() {
+			out = append(out, fmt.Sprintf("task %s %s: %s", t.ID, t.Status, t.Command))
 		}
 	}
-	for _, t := range s.Timers {
+	for _, t := range d.Timers {
 		out = append(out, fmt.Sprintf("wakeup %s for %s at %s", t.ID, t.Agent, t.At.Format(time.RFC3339)))
 	}
-	for _, p := range s.Approvals {
+	for _, p := range d.Approvals {
 		out = append(out, fmt.Sprintf("permission request %s (%s) waits for an answer", p.ID, p.Tool))
 	}
 	return out
-}
-
-func firstLine(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > n {
-		s = s[:n-1] + "…"
-	}
-	return s
 }
 
 // storeFlags choose where sessions are kept, and how agents' commands are
@@ -375,8 +366,8 @@ func (b *budgetFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&b.usd, "budget-usd", 0, "bound the session's cost in US dollars, over models with a known price (default: budgets.cost_usd, else 100)")
 }
 
-func (b *budgetFlags) budget() core.Budget {
-	return core.Budget{Tokens: b.tokens, Rounds: b.rounds, Wall: b.wall, Cost: int64(b.usd * 1e6)}
+func (b *budgetFlags) budget() vigil.Budget {
+	return vigil.Budget{Tokens: b.tokens, Rounds: b.rounds, Wall: b.wall, CostMicros: int64(b.usd * 1e6)}
 }
 
 // sandboxOptions merges the flags into the configuration's sandbox. The

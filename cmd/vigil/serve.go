@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/server"
 )
@@ -92,7 +91,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	defer rt.Close()
 	defaults := server.SessionDefaults{Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel}
 	if c := provs.cfg; c != nil {
-		defaults.Permissions = core.Permissions{Mode: core.PermissionMode(c.PermissionMode), Allow: c.Allow, Deny: c.Deny}
+		defaults.Permissions = vigil.Permissions{Mode: vigil.PermissionMode(c.PermissionMode), Allow: c.Allow, Deny: c.Deny}
 		// Rules a person saved for a project apply to its sessions; the
 		// server's config keeps them (the CLI's approve --always --save).
 		var mu sync.Mutex

@@ -20,7 +20,6 @@ import (
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
-	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
 )
@@ -117,11 +116,11 @@ func runSession(ctx context.Context, cfg Config, m provider.Provider, cwd string
 		return err
 	}
 	defer rt.Close()
-	sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Cwd: cwd, Permissions: core.Permissions{Mode: core.PermBypass}})
+	sess, err := rt.CreateSession(ctx, &vigil.SessionParams{Prompt: "go", Cwd: cwd, Permissions: vigil.Permissions{Mode: vigil.PermBypass}})
 	if err != nil {
 		return err
 	}
-	return rt.WaitQuiescent(ctx, string(sess.ID))
+	return rt.WaitQuiescent(ctx, sess.ID)
 }
 
 // WakeLatencyBash measures, N times, the time from a background shell
@@ -267,13 +266,13 @@ func Notifications(ctx context.Context, cfg Config, sessions int) (Stats, error)
 	}
 	defer rt.Close()
 	start := time.Now()
-	ids := make([]string, sessions)
+	ids := make([]vigil.SessionID, sessions)
 	for i := range ids {
-		sess, err := rt.CreateSession(ctx, vigil.SessionParams{Prompt: "go", Permissions: core.Permissions{Mode: core.PermBypass}})
+		sess, err := rt.CreateSession(ctx, &vigil.SessionParams{Prompt: "go", Permissions: vigil.Permissions{Mode: vigil.PermBypass}})
 		if err != nil {
 			return Stats{}, err
 		}
-		ids[i] = string(sess.ID)
+		ids[i] = sess.ID
 	}
 	for _, id := range ids {
 		if err := rt.WaitQuiescent(ctx, id); err != nil {
@@ -283,12 +282,12 @@ func Notifications(ctx context.Context, cfg Config, sessions int) (Stats, error)
 	elapsed := time.Since(start)
 	delivered := 0
 	for _, id := range ids {
-		s, err := rt.State(ctx, id)
+		d, err := rt.SessionGet(ctx, id, &vigil.SessionGetParams{Notifications: true})
 		if err != nil {
 			return Stats{}, err
 		}
-		for _, k := range s.NoteOrder {
-			if s.Note(k).DeliveredRun > 0 {
+		for _, n := range d.Notifications {
+			if n.DeliveredRun > 0 {
 				delivered++
 			}
 		}

@@ -138,7 +138,7 @@ func Recovery(ctx context.Context, cfg Config, snapshot bool) (Stats, int64, err
 	}
 	elapsed := time.Since(start)
 	defer rt.Close()
-	if _, err := rt.State(ctx, id); err != nil {
+	if _, err := rt.SessionStatus(ctx, vigil.SessionID(id)); err != nil {
 		return Stats{}, 0, fmt.Errorf("the session was not taken over: %w", err)
 	}
 	return Stats{N: 1, Elapsed: elapsed, P50: elapsed, P99: elapsed, Max: elapsed}, last, nil

@@ -16,7 +16,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/mcpserver"
 	"github.com/vigilrun/vigil/store"
@@ -275,11 +274,11 @@ func CheckStore(ctx context.Context, t testing.TB, st store.Store, owner string,
 		}
 		evs := make([]core.Event, 0, len(recs))
 		for _, rec := range recs {
-			e, err := vigil.DecodeEvent(rec)
+			body, err := core.DecodeBody(rec.Type, rec.Data)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("event %s#%d: %v", rec.Session, rec.Seq, err)
 			}
-			evs = append(evs, e)
+			evs = append(evs, core.Event{Seq: rec.Seq, At: rec.At, Body: body})
 		}
 		s := core.Replay(evs)
 		for _, k := range s.NoteOrder {

@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigilrun/vigil/internal/clock"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,28 +107,11 @@ type Spec struct {
 	Wrap func(*exec.Cmd) error
 }
 
-// Clock is the time source a Process uses.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine after d.
-	AfterFunc(d time.Duration, f func()) Timer
-}
+// Clock is the time source a Process uses: the runtime's.
+type Clock = clock.Clock
 
 // Timer is a pending call made by Clock.AfterFunc.
-type Timer interface {
-	// Stop prevents the call if it has not started; it reports whether it
-	// did.
-	Stop() bool
-}
-
-type realClock struct{}
-
-// Now implements shell.Clock.
-func (realClock) Now() time.Time { return time.Now() }
-
-// AfterFunc implements shell.Clock.
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+type Timer = clock.Timer
 
 // Result is what a finished command left.
 type Result struct {
@@ -479,7 +463,7 @@ func withDefaults(s Spec) Spec {
 		s.WaitDelay = DefaultWaitDelay
 	}
 	if s.Clock == nil {
-		s.Clock = realClock{}
+		s.Clock = clock.Real()
 	}
 	return s
 }

@@ -39,3 +39,18 @@ func Cut(s string, n int) string {
 	}
 	return s[:cut] + more
 }
+
+// OneLine puts s on one line, its line ends marked "⏎"; when that is
+// longer than n bytes it keeps at most the first n-1, never cutting a
+// character, and ends in Ellipsis.
+func OneLine(s string, n int) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-1, 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + Ellipsis
+}

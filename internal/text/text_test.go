@@ -82,3 +82,21 @@ func FuzzFirstLine(f *testing.F) {
 		}
 	})
 }
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{" a\nb ", 20, "a ⏎ b"},
+		{"abcdef", 4, "abc…"},
+		{"ééé", 4, "é…"},
+		{"abc", 0, "…"},
+	} {
+		if got := OneLine(c.in, c.n); got != c.want {
+			t.Errorf("OneLine(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -24,7 +24,6 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/providertest"
-	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -127,8 +126,8 @@ func newHarness(t *testing.T, tune func(*Options)) *harness {
 // start creates the session with a first prompt.
 func (h *harness) start(prompt string) {
 	h.t.Helper()
-	s, err := h.rt.CreateSession(h.ctx, vigil.SessionParams{
-		Prompt: prompt, Provider: Name, Cwd: h.cwd, Permissions: core.Permissions{Mode: core.PermBypass},
+	s, err := h.rt.CreateSession(h.ctx, &vigil.SessionParams{
+		Prompt: prompt, Provider: Name, Cwd: h.cwd, Permissions: vigil.Permissions{Mode: vigil.PermBypass},
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -139,9 +138,9 @@ func (h *harness) start(prompt string) {
 // waitEvent waits for a committed event that match accepts and returns
 // it. It reads the session's whole log, so an event committed before the
 // call is found too.
-func (h *harness) waitEvent(what string, match func(typ string, data []byte) bool) store.Record {
+func (h *harness) waitEvent(what string, match func(typ string, data []byte) bool) vigil.Event {
 	h.t.Helper()
-	sub, err := h.rt.Subscribe(h.ctx, h.sess, 0)
+	sub, err := h.rt.Subscribe(h.ctx, &vigil.SubscribeParams{Session: vigil.SessionID(h.sess)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -153,7 +152,7 @@ func (h *harness) waitEvent(what string, match func(typ string, data []byte) boo
 	}
 	h.dump()
 	h.t.Fatalf("no %s: %v", what, h.ctx.Err())
-	return store.Record{}
+	return vigil.Event{}
 }
 
 // waitRunEnded waits for the end of an agent's run whose reply matches.
@@ -174,27 +173,37 @@ func (h *harness) waitRunEnded(agent core.AgentID, reply string) core.RunEnded {
 // its state.
 func (h *harness) waitQuiet() *core.State {
 	h.t.Helper()
-	if err := h.rt.WaitQuiescent(h.ctx, h.sess); err != nil {
+	if err := h.rt.WaitQuiescent(h.ctx, vigil.SessionID(h.sess)); err != nil {
 		h.dump()
 		h.t.Fatalf("wait quiescent: %v", err)
 	}
 	return h.state()
 }
 
+// state is the session's state, folded from its committed events: the
+// driver's mirror of the CLI's work, which the library does not show.
 func (h *harness) state() *core.State {
 	h.t.Helper()
-	s, err := h.rt.State(h.ctx, h.sess)
+	evs, err := h.rt.EventList(h.ctx, vigil.SessionID(h.sess), 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return s
+	events := make([]core.Event, len(evs))
+	for i, e := range evs {
+		body, err := core.DecodeBody(e.Type, e.Data)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		events[i] = core.Event{Seq: e.Seq, At: e.At, Body: body}
+	}
+	return core.Replay(events)
 }
 
 // dump logs the session's events, to explain a failure.
 func (h *harness) dump() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	sub, err := h.rt.Subscribe(ctx, h.sess, 0)
+	sub, err := h.rt.Subscribe(ctx, &vigil.SubscribeParams{Session: vigil.SessionID(h.sess)})
 	if err != nil {
 		return
 	}
@@ -682,7 +691,7 @@ func TestIdleReleaseAndResume(t *testing.T) {
 	if st := h.drv.Stats(); st.IdleReleases != 1 || st.ForcedReleases != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
-	if _, err := h.rt.Prompt(h.ctx, h.sess, "second prompt", core.PriorityNext); err != nil {
+	if _, err := h.rt.Prompt(h.ctx, vigil.SessionID(h.sess), &vigil.PromptParams{Text: "second prompt"}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitRunEnded(core.MainAgent, "reply two")
@@ -833,7 +842,7 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 	if task == nil {
 		t.Fatal("no mirrored task")
 	}
-	if err := h.rt.StopTask(h.ctx, h.sess, string(task.ID), "test"); err != nil {
+	if err := h.rt.StopTask(h.ctx, vigil.SessionID(h.sess), &vigil.StopTaskParams{Task: vigil.TaskID(task.ID), By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitEvent("the stopped task's notification", func(typ string, data []byte) bool {
@@ -846,7 +855,7 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 	}
 	checkGone(t, h.sess, "sleep 60")
 
-	if _, err := h.rt.Prompt(h.ctx, h.sess, "think slowly", core.PriorityNext); err != nil {
+	if _, err := h.rt.Prompt(h.ctx, vigil.SessionID(h.sess), &vigil.PromptParams{Text: "think slowly"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -854,7 +863,7 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 	case <-h.ctx.Done():
 		t.Fatal("the slow prompt never reached the model")
 	}
-	if _, err := h.rt.Prompt(h.ctx, h.sess, "urgent", core.PriorityNow); err != nil {
+	if _, err := h.rt.Prompt(h.ctx, vigil.SessionID(h.sess), &vigil.PromptParams{Text: "urgent", Priority: vigil.PriorityNow}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitRunEnded(core.MainAgent, "MAIN: urgent handled")
@@ -1018,7 +1027,7 @@ func TestSubagentStoppedBeforeItsBackgroundBash(t *testing.T) {
 			requestsBefore := len(h.srv.Requests())
 			// A subagent between runs (waiting on its command) can be
 			// stopped as well as one in a model round.
-			if err := h.rt.StopTask(h.ctx, h.sess, string(agentTask.ID), "test"); err != nil {
+			if err := h.rt.StopTask(h.ctx, vigil.SessionID(h.sess), &vigil.StopTaskParams{Task: vigil.TaskID(agentTask.ID), By: "test"}); err != nil {
 				t.Fatalf("StopTask of the %s subagent: %v", agentTask.Status, err)
 			}
 			h.waitEvent("the end of the subagent's command", func(typ string, data []byte) bool {

@@ -46,8 +46,8 @@ func TestPermissionPromptsReachVigil(t *testing.T) {
 		}
 		return text("MAIN: done"), true
 	})
-	s, err := h.rt.CreateSession(h.ctx, vigil.SessionParams{
-		Prompt: "make the files", Provider: Name, Cwd: h.cwd, Permissions: core.Permissions{Mode: core.PermAsk},
+	s, err := h.rt.CreateSession(h.ctx, &vigil.SessionParams{
+		Prompt: "make the files", Provider: Name, Cwd: h.cwd, Permissions: vigil.Permissions{Mode: vigil.PermAsk},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestPermissionPromptsReachVigil(t *testing.T) {
 	if p.Tool != "Bash" || p.External == "" || p.Agent != core.MainAgent || !strings.Contains(string(p.Input), "touch made-1") {
 		t.Fatalf("approval: %+v", p)
 	}
-	if err := h.rt.AnswerApprovalAlways(h.ctx, h.sess, string(p.ID), "test"); err != nil {
+	if err := h.rt.AnswerApproval(h.ctx, vigil.SessionID(h.sess), &vigil.AnswerApprovalParams{Approval: vigil.ApprovalID(p.ID), Allow: true, Always: true, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	// The repeat is allowed by the new rule, unasked; made-2 is asked.
@@ -81,7 +81,7 @@ func TestPermissionPromptsReachVigil(t *testing.T) {
 	if !strings.Contains(string(p2.Input), "touch made-2") {
 		t.Fatalf("second approval is not for made-2: %+v", p2)
 	}
-	if err := h.rt.AnswerApproval(h.ctx, h.sess, string(p2.ID), false, "test", "not that one"); err != nil {
+	if err := h.rt.AnswerApproval(h.ctx, vigil.SessionID(h.sess), &vigil.AnswerApprovalParams{Approval: vigil.ApprovalID(p2.ID), By: "test", Reason: "not that one"}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitRunEnded(core.MainAgent, "MAIN: done")

@@ -745,11 +745,16 @@ class SessionView {
             p.reason ? h("span.muted", " · " + p.reason) : null,
             h("pre.inline-pre", input),
             time(p.deadline) ? h("div.muted.small", "denied automatically at " + clock(p.deadline)) : null,
+            p.always_rule ? h("div.muted.small.grants", `Allow always adds ${p.always_rule}: ${p.grants || ""}`) : null,
           ),
           h(
             "div.btns",
             h("button.primary.approve", { onclick: answer(true, false) }, "Allow"),
-            h("button.approve-always", { onclick: answer(true, true), title: "Allow, and allow the same call from now on in this session" }, "Allow always"),
+            h(
+              "button.approve-always" + (p.arbitrary ? ".danger" : ""),
+              { onclick: answer(true, true), title: p.always_rule ? `Allow, and add the rule ${p.always_rule}: ${p.grants || ""}` : "Allow, and allow the same call from now on in this session" },
+              "Allow always",
+            ),
             h("button.danger.deny", { onclick: answer(false, false) }, "Deny"),
           ),
         ),

@@ -1,0 +1,69 @@
+package vigil
+
+import (
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+)
+
+// Observer receives measurements from the runtime, for metrics.
+// Implementations must be safe for concurrent use and fast: they are
+// called on the session's goroutine, after the commit.
+type Observer interface {
+	// RunStarted is called when a run starts, with what started it
+	// (prompt, message, notification, …).
+	RunStarted(session SessionID, kind string)
+	// RunEnded is called when a run ends, with how.
+	RunEnded(session SessionID, status string)
+	// NotificationWritten is called when a task's run writes its
+	// notification, with the run's status.
+	NotificationWritten(session SessionID, status string)
+	// NotificationDelivered is called when a notification reaches its
+	// owner: how is "inbox" (a run took it in) or "tool_result" (a waiting
+	// tool call got it); wait is how long after it was written (the wake
+	// latency, 0 for a tool result).
+	NotificationDelivered(session SessionID, how string, wait time.Duration)
+	// MessageResolved is called when a message's outcome is known (DESIGN
+	// rule 3).
+	MessageResolved(session SessionID, outcome string)
+	// Dropped is called for every drop, with what and why.
+	Dropped(session SessionID, what, reason string)
+	// ModelCall is called when a model call ends.
+	ModelCall(provider string, d time.Duration, err error)
+}
+
+// observe tells o what a committed batch did; s is the state after it.
+func observe(o Observer, id core.SessionID, s *core.State, events []core.Event) {
+	session := SessionID(id)
+	delivered := func(keys []core.NoteKey, at time.Time) {
+		for _, k := range keys {
+			var wait time.Duration
+			if n := s.Note(k); n != nil && !n.Written.IsZero() {
+				wait = max(at.Sub(n.Written), 0)
+			}
+			o.NotificationDelivered(session, string(core.DeliverInbox), wait)
+		}
+	}
+	for _, e := range events {
+		switch b := e.Body.(type) {
+		case *core.RunStarted:
+			o.RunStarted(session, string(b.Kind))
+			delivered(b.Notes, e.At)
+		case *core.ItemsJoined:
+			delivered(b.Notes, e.At)
+		case *core.RunEnded:
+			o.RunEnded(session, string(b.Status))
+		case *core.NotificationWritten:
+			o.NotificationWritten(session, b.Note.Status)
+			if b.Note.Delivery == core.DeliverToolResult {
+				o.NotificationDelivered(session, string(core.DeliverToolResult), 0)
+			}
+		case *core.MessageSent:
+			if b.Msg.Outcome != core.OutcomePending {
+				o.MessageResolved(session, string(b.Msg.Outcome))
+			}
+		case *core.MessageResolved:
+			o.MessageResolved(session, string(b.Outcome))
+		}
+	}
+}

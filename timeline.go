@@ -1,0 +1,213 @@
+package vigil
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/text"
+	"github.com/vigilrun/vigil/store"
+)
+
+// Timeline turns a session's events into lines for people: who did what,
+// one line per event worth showing (a run started or ended, a tool call, a
+// notification, a message and its outcome, a drop, a recovery…). It is
+// what 'vigil run' and 'vigil logs' print; every edge that shows a session
+// to people (the web UI's server, a terminal client) can share it, so all
+// say the same things in the same words.
+//
+// A Timeline remembers the agents' names as their creation events go by,
+// so it must see one session's events in order. It is not safe for
+// concurrent use.
+type Timeline struct {
+	names map[AgentID]string
+}
+
+// TimelineLine is one event told for people.
+type TimelineLine struct {
+	Seq int64
+	At  time.Time
+	// Who is the agent's name, "user", or "·" for the session itself.
+	Who string
+	// Text says what happened, on one line.
+	Text string
+}
+
+// NewTimeline returns a timeline for one session. agents are those the
+// session had before the first event it will be shown
+// (SessionDetail.Agents), so that lines about them carry their names; a
+// timeline that sees the session from its first event needs none.
+func NewTimeline(agents ...Agent) *Timeline {
+	t := &Timeline{names: map[AgentID]string{MainAgent: "main"}}
+	for _, a := range agents {
+		t.names[a.ID] = a.Name
+	}
+	return t
+}
+
+// Line tells e for people. ok is false for an event not worth a line (most
+// bookkeeping). err is set, and ok false, when e's body cannot be decoded:
+// an event type this library does not know, or a damaged body.
+func (t *Timeline) Line(e Event) (line TimelineLine, ok bool, err error) {
+	ev, err := decodeEvent(store.Record{Session: string(e.Session), Seq: e.Seq, Global: e.Global, At: e.At, Type: e.Type, Data: e.Data})
+	if err != nil {
+		return TimelineLine{}, false, err
+	}
+	// describe learns the names of new agents, which who then uses.
+	text := t.describe(ev.Body)
+	if text == "" {
+		return TimelineLine{}, false, nil
+	}
+	return TimelineLine{Seq: e.Seq, At: e.At, Who: t.who(ev.Body), Text: text}, true, nil
+}
+
+// Format writes the line as the CLI prints it: the time since start in
+// seconds, who, and what happened.
+//
+//	0.004s  main   run 1 started (prompt)
+func (l TimelineLine) Format(start time.Time) string {
+	d := max(l.At.Sub(start), 0)
+	return fmt.Sprintf("%8s  %-6s %s", fmt.Sprintf("%.3fs", d.Seconds()), l.Who, l.Text)
+}
+
+func (t *Timeline) name(id core.AgentID) string {
+	if n, ok := t.names[AgentID(id)]; ok {
+		return n
+	}
+	return string(id)
+}
+
+func (t *Timeline) who(body core.Body) string {
+	switch b := body.(type) {
+	case *core.RunStarted:
+		return t.name(b.Agent)
+	case *core.ContextCompacted:
+		return t.name(b.Agent)
+	case *core.BudgetSet:
+		return "user"
+	case *core.RunEnded:
+		return t.name(b.Agent)
+	case *core.ToolCallStarted:
+		return t.name(b.Agent)
+	case *core.NotificationWritten:
+		return t.name(b.Note.Owner)
+	case *core.MessageSent:
+		if b.Msg.From == "user" {
+			return "user"
+		}
+		return t.name(core.AgentID(b.Msg.From))
+	case *core.ModelCallRetrying:
+		return t.name(b.Agent)
+	case *core.ApprovalRequested:
+		return t.name(b.Approval.Agent)
+	case *core.AgentCreated:
+		return t.name(b.Agent.Owner)
+	case *core.ItemsReturned:
+		return t.name(b.Agent)
+	case *core.RetryScheduled:
+		return t.name(b.Agent)
+	case *core.AgentBlocked:
+		return t.name(b.Agent)
+	case *core.AgentReleased:
+		return t.name(b.Agent)
+	}
+	return "·"
+}
+
+func (t *Timeline) describe(body core.Body) string {
+	switch b := body.(type) {
+	case *core.SessionCreated:
+		return "session " + string(b.Session.ID) + " created"
+	case *core.AgentCreated:
+		t.names[AgentID(b.Agent.ID)] = b.Agent.Name
+		return fmt.Sprintf("started subagent %s (%s, task %s)", b.Agent.Name, b.Agent.ID, b.Agent.Task)
+	case *core.RunStarted:
+		return fmt.Sprintf("run %d started (%s)", b.Seq, b.Kind)
+	case *core.ContextCompacted:
+		c := b.Compaction
+		return fmt.Sprintf("context compacted (%d): ~%d -> ~%d tokens; %d messages summarised, ledger of %d task(s)", c.Seq, c.Before, c.After, c.Upto, len(c.Ledger.Tasks))
+	case *core.BudgetSet:
+		scope := "session"
+		if b.Agent != "" {
+			scope = "tree of " + t.name(b.Agent)
+		}
+		return fmt.Sprintf("budget of the %s set: %s", scope, budgetOut(b.Budget).String())
+	case *core.RunEnded:
+		s := fmt.Sprintf("run %d %s", b.Seq, b.Status)
+		if b.Reply != "" {
+			s += ": " + text.OneLine(b.Reply, 100)
+		}
+		if b.Error != "" {
+			s += ": " + text.OneLine(b.Error, 100)
+		}
+		return s
+	case *core.ToolCallStarted:
+		return fmt.Sprintf("→ %s %s", b.Call.Name, text.OneLine(string(b.Call.Input), 90))
+	case *core.NotificationWritten:
+		n := b.Note
+		from := t.name(n.Agent)
+		if n.Kind == core.TaskShell {
+			from = "shell " + string(n.Key.Task)
+		}
+		s := fmt.Sprintf("← notification %s from %s (%s)", n.Key, from, n.Status)
+		if n.Delivery == core.DeliverToolResult {
+			s += " as the Agent tool's result"
+		}
+		if n.Reply != "" {
+			s += ": " + text.OneLine(n.Reply, 80)
+		}
+		if n.ExitCode != nil {
+			s += fmt.Sprintf(": exit %d", *n.ExitCode)
+		}
+		return s
+	case *core.MessageSent:
+		m := b.Msg
+		s := fmt.Sprintf("message %s → %s: %s", m.ID, t.name(m.To), m.Outcome)
+		if m.Outcome == core.OutcomePending {
+			s += fmt.Sprintf(" (its model round is in flight: joins run %d, or run %d answers)", m.Run, m.Run+1)
+		}
+		if m.Reason != "" {
+			s += " (" + m.Reason + ")"
+		}
+		return s
+	case *core.MessageResolved:
+		if b.Outcome == core.OutcomeQueuedBehindStop {
+			why := b.Reason
+			if why == "" {
+				why = fmt.Sprintf("run %d was ending", b.Run)
+			}
+			return fmt.Sprintf("message %s: queued-behind-stop (%s; run %d answers)", b.Msg, why, b.Run+1)
+		}
+		return fmt.Sprintf("message %s: %s run %d", b.Msg, b.Outcome, b.Run)
+	case *core.TaskStarted:
+		if b.Task.Kind == core.TaskShell {
+			return fmt.Sprintf("shell task %s started: %s", b.Task.ID, text.OneLine(b.Task.Command, 80))
+		}
+	case *core.TaskUpdated:
+		if b.Ended {
+			return fmt.Sprintf("task %s %s", b.Task, b.Status)
+		}
+	case *core.ModelCallRetrying:
+		return fmt.Sprintf("model call %s backs off until %s: %s", b.Call, b.Until.Format("15:04:05.000"), b.Reason)
+	case *core.ApprovalRequested:
+		return fmt.Sprintf("waits for permission %s: %s", b.Approval.ID, b.Approval.Tool)
+	case *core.HoldSet:
+		return "user queue held"
+	case *core.HoldReleased:
+		return "user queue resumed"
+	case *core.Dropped:
+		return fmt.Sprintf("DROPPED %s: %s", b.What, b.Reason)
+	case *core.Recovered:
+		return fmt.Sprintf("recovered after a restart (incarnation %d)", b.Incarnation)
+	case *core.ItemsReturned:
+		return fmt.Sprintf("run %d gave %d unseen item(s) back to the inbox", b.Seq, len(b.Items))
+	case *core.RetryScheduled:
+		r := b.Retry
+		return fmt.Sprintf("retry %d of %d at %s, after run %d failed: %s", r.Attempt, r.Max, r.At.Format("15:04:05.000"), r.Run, text.OneLine(r.Reason, 80))
+	case *core.AgentBlocked:
+		return fmt.Sprintf("BLOCKED after run %d failed: %s (a new prompt or 'vigil retry' releases it)", b.Block.Run, text.OneLine(b.Block.Reason, 100))
+	case *core.AgentReleased:
+		return "released by " + b.By
+	}
+	return ""
+}
