@@ -56,21 +56,3 @@ func TestParseNoteKey(t *testing.T) {
 		}
 	}
 }
-
-// TestFirstLine: a title cut from a prompt never splits a character.
-func TestFirstLine(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"  fix the build\nthen test", 60, "fix the build"},
-		{"ééééé", 8, "éé…"},
-		{"日本語のテキスト", 10, "日本…"},
-	} {
-		if got := firstLine(c.in, c.n); got != c.want {
-			t.Errorf("firstLine(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
-		}
-	}
-}

@@ -363,7 +363,7 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 		}
 	}
 	p := &vigil.SessionParams{
-		Title: firstLine(in.Description, 60), Provider: in.Provider, Cwd: in.Cwd, Permissions: s.opts.Permissions,
+		Title: text.FirstLine(in.Description, 60), Provider: in.Provider, Cwd: in.Cwd, Permissions: s.opts.Permissions,
 		Owner: owner, Caller: true,
 		Budget: vigil.Budget{Tokens: in.BudgetTokens, Rounds: in.BudgetRounds, Wall: time.Duration(in.BudgetSeconds) * time.Second, CostMicros: int64(in.BudgetUSD * 1e6)},
 	}
@@ -371,7 +371,7 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 		return SpawnOutput{}, errors.New("a budget's bounds are positive")
 	}
 	if p.Title == "" {
-		p.Title = firstLine(in.Prompt, 60)
+		p.Title = text.FirstLine(in.Prompt, 60)
 	}
 	if p.Provider == "" {
 		p.Provider = s.opts.Provider
@@ -781,7 +781,3 @@ func (s *Server) holdOrResume(ctx context.Context, owner string, in HoldInput, h
 	}
 	return DoneOutput{Detail: "the hold on " + in.Task + "'s session is released"}, nil
 }
-
-// firstLine returns s's first line, cut to n bytes at a character boundary
-// (with an ellipsis when cut).
-func firstLine(s string, n int) string { return text.FirstLine(s, n) }

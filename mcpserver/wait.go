@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -379,23 +378,11 @@ func (v *view) resolveAck(local string, taken map[vigil.ItemID]bool) (vigil.Item
 	return "", errors.New("no such notification")
 }
 
-// parseNoteKey parses a notification key, "t1#2" (or "t2#exit", the run 0
-// of a shell task).
+// parseNoteKey parses a notification key, "t1#2" or "t2#exit".
 func parseNoteKey(s string) (vigil.NotificationKey, error) {
-	i := strings.LastIndexByte(s, '#')
-	if i <= 0 {
-		return vigil.NotificationKey{}, fmt.Errorf("bad notification key %q", s)
-	}
-	k := vigil.NotificationKey{Task: vigil.TaskID(s[:i])}
-	if s[i+1:] == "exit" {
-		return k, nil
-	}
-	n, err := strconv.Atoi(s[i+1:])
-	if err != nil || n < 1 {
-		return vigil.NotificationKey{}, fmt.Errorf("bad notification key %q", s)
-	}
-	k.Run = n
-	return k, nil
+	var k vigil.NotificationKey
+	err := k.UnmarshalText([]byte(s))
+	return k, err
 }
 
 // watcher wakes a wait when a watched session commits events. It

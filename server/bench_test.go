@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -147,6 +148,47 @@ func BenchmarkPostPrompt(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 		if resp.StatusCode != http.StatusAccepted {
 			b.Fatalf("status %d: %s", resp.StatusCode, buf[:n])
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(float64(len(lat))*p))].Microseconds())
+	}
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkGetSession measures GET /api/sessions/{id} of a session with a
+// hundred ended runs and its transcript, through the real HTTP stack, one
+// request at a time: the copy out of the session's state and its
+// encoding. It reports p50 and p99.
+//
+//	go test -run '^$' -bench GetSession -benchtime 3000x ./server/
+func BenchmarkGetSession(b *testing.B) {
+	h := newHarness(b)
+	client := h.ts.Client()
+	id := h.create(CreateSessionRequest{Provider: "echo"})
+	for range 100 {
+		h.must("POST", "/api/sessions/"+id+"/prompts", PromptRequest{Text: "hello"}, http.StatusAccepted, nil)
+		h.quiet(id)
+	}
+	url := h.ts.URL + "/api/sessions/" + id
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		lat = append(lat, time.Since(t0))
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
 	b.StopTimer()
