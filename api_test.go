@@ -74,7 +74,16 @@ agents:
 	if len(d.Tasks) != 1 || !d.Tasks[0].Live() || d.Tasks[0].Command != "sleep 30" {
 		t.Fatalf("tasks: %+v", d.Tasks)
 	}
-	for _, v := range []any{d, st, main, runs} {
+	events, err := rt.EventList(ctx, sess.ID, 0)
+	must(t, err)
+	var process bool
+	for _, e := range events {
+		process = process || e.Type == "task.process"
+	}
+	if !process {
+		t.Fatal("no task.process event: the test no longer sees the event that records a process")
+	}
+	for _, v := range []any{d, st, main, runs, events} {
 		b, err := json.Marshal(v)
 		must(t, err)
 		for _, key := range internals {
@@ -177,7 +186,7 @@ func TestErrorVocabulary(t *testing.T) {
 
 	must(t, rt.CloseSession(ctx, sess.ID, "test"))
 	_, err = rt.Prompt(ctx, sess.ID, &PromptParams{Text: "hi"})
-	check("prompt to a closed session", err, CodeClosed, ErrClosed)
+	check("prompt to a closed session", err, CodeClosed, ErrSessionClosed)
 
 	// The store's and the context's errors keep their identity.
 	for _, c := range []struct {
@@ -196,13 +205,77 @@ func TestErrorVocabulary(t *testing.T) {
 	if CodeOf(nil) != "" || wrapErr(nil) != nil {
 		t.Error("nil has a code")
 	}
-	if errors.Is(errNoSession, ErrClosed) || !errors.Is(errNoSession, ErrNotFound) {
+	if errors.Is(errNoSession, ErrSessionClosed) || !errors.Is(errNoSession, ErrNotFound) {
 		t.Error("sentinels match by code only")
 	}
+
+	_, err = Open(ctx, Options{})
+	check("open without a store", err, CodeInvalid, ErrInvalid)
 
 	rt.Close()
 	_, err = rt.CreateSession(ctx, &SessionParams{Prompt: "late"})
 	check("create after close", err, CodeShuttingDown, ErrShuttingDown)
+}
+
+// TestCopiesAreTheCallers: what the library hands out shares no memory
+// with the session or with another reader: a caller that edits its
+// transcript or an event's bytes changes nothing anyone else sees.
+func TestCopiesAreTheCallers(t *testing.T) {
+	rt, _ := openScript(t, "internal/examples/coordinator.yaml")
+	ctx := context.Background()
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
+	must(t, err)
+	must(t, rt.WaitQuiescent(ctx, sess.ID))
+	a, err := rt.AgentGet(ctx, sess.ID, "main")
+	must(t, err)
+	var edited bool
+	for i := range a.Transcript {
+		for j := range a.Transcript[i].Content {
+			b := &a.Transcript[i].Content[j]
+			b.Text = "EDITED"
+			if len(b.Input) > 0 {
+				b.Input[0] = 'X'
+			}
+			edited = true
+		}
+	}
+	if !edited {
+		t.Fatal("the transcript has no block to edit")
+	}
+	again, err := rt.AgentGet(ctx, sess.ID, "main")
+	must(t, err)
+	for _, m := range again.Transcript {
+		for _, b := range m.Content {
+			if b.Text == "EDITED" || (len(b.Input) > 0 && b.Input[0] == 'X') {
+				t.Fatalf("an edit of a copy reached the session: %+v", b)
+			}
+		}
+	}
+
+	// Every reader's event is its own copy of the stored bytes, which the
+	// live fan-out hands to every subscriber at once.
+	rec := store.Record{Session: "s", Seq: 1, Type: "run.started", Data: []byte(`{"agent":"a0"}`)}
+	e1, e2 := eventOut(rec), eventOut(rec)
+	e1.Data[2] = 'X'
+	if string(e2.Data) != `{"agent":"a0"}` || string(rec.Data) != `{"agent":"a0"}` {
+		t.Fatalf("two readers share an event's bytes: %s, %s", e2.Data, rec.Data)
+	}
+	// Two live subscribers of the same new events.
+	subs := make([]*Subscription, 2)
+	for i := range subs {
+		subs[i], err = rt.Subscribe(ctx, &SubscribeParams{Session: sess.ID, FromNow: true})
+		must(t, err)
+		defer subs[i].Close()
+	}
+	_, err = rt.Prompt(ctx, sess.ID, &PromptParams{Text: "once more"})
+	must(t, err)
+	first := <-subs[0].C
+	second := <-subs[1].C
+	want := string(second.Data)
+	first.Data[0] = 'X'
+	if string(second.Data) != want {
+		t.Fatalf("two subscribers share an event's bytes: %s", second.Data)
+	}
 }
 
 // TestReadTypesEncodeAsTheCore: the read types' JSON is the core's for
@@ -248,7 +321,7 @@ func TestReadTypesEncodeAsTheCore(t *testing.T) {
 		for _, id := range s.Order {
 			a := s.Agents[id]
 			for i, r := range a.Runs {
-				same(fmt.Sprintf("run %s#%d", a.Name, r.Seq), r, runSummaryOut(a, a.Runs[i]), nil, []string{"agent", "agent_name"})
+				same(fmt.Sprintf("run %s#%d", a.Name, r.Seq), r, runSummaryOut(a, a.Runs[i]), nil, []string{"agent", "agent_name", "round"})
 			}
 		}
 	}))
@@ -308,6 +381,23 @@ func TestEnumsAreTheCores(t *testing.T) {
 	for _, s := range []TaskStatus{TaskRunning, TaskIdle, TaskStopping, TaskCompleted, TaskFailed, TaskStopped, TaskTimedOut, TaskInterrupted, TaskLost, TaskClosed} {
 		if s.Live() != core.TaskStatus(s).Live() {
 			t.Errorf("%s: live %v, the core says %v", s, s.Live(), core.TaskStatus(s).Live())
+		}
+	}
+}
+
+// TestEventDataLeavesOutInternals: the events that record a process or an
+// incarnation reach readers without them; a provider process's says
+// whether it runs.
+func TestEventDataLeavesOutInternals(t *testing.T) {
+	for _, c := range []struct{ typ, in, want string }{
+		{"task.process", `{"task":"t1","pid":42,"start_ticks":7,"cgroup":"/sys/fs/cgroup/x"}`, `{"task":"t1"}`},
+		{"provider.process", `{"agent":"a0","pid":42,"start_ticks":7,"session":"cc"}`, `{"agent":"a0","running":true,"session":"cc"}`},
+		{"provider.process", `{"agent":"a0","pid":0}`, `{"agent":"a0","running":false}`},
+		{"recovered", `{"incarnation":3}`, `{}`},
+		{"run.started", `{"agent":"a0","pid_like":1}`, `{"agent":"a0","pid_like":1}`},
+	} {
+		if got := string(eventData(c.typ, []byte(c.in))); got != c.want {
+			t.Errorf("%s %s: got %s, want %s", c.typ, c.in, got, c.want)
 		}
 	}
 }

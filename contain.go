@@ -330,3 +330,11 @@ func (r *Runtime) sessionTmp(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
 	return filepath.Join(os.TempDir(), "vigil-tmp-"+hex.EncodeToString(sum[:6]))
 }
+
+// Main must be the first call in the main function of a program that
+// embeds vigil. Where the machine confines commands with Landlock alone
+// (no bubblewrap), the runtime starts each command by re-executing its own
+// program as the sandbox's launcher; Main runs that launcher, and never
+// returns, when this process is one, and returns at once otherwise. A test
+// binary whose tests run commands calls it in TestMain.
+func Main() { sandbox.Main() }

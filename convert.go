@@ -1,6 +1,7 @@
 package vigil
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -13,9 +14,9 @@ import (
 )
 
 // The copies from the core's state into the read types. They run on the
-// session's goroutine; every slice is new, so nothing the caller holds
-// changes when the state does. (Transcript messages are shared: the core
-// appends to a transcript and replaces it whole, never editing a message.)
+// session's goroutine; every slice, message and raw JSON value is new, so
+// nothing the caller holds changes when the state does, and nothing the
+// caller changes reaches the session.
 
 func ids[T ~string, U ~string](in []U) []T {
 	if in == nil {
@@ -151,10 +152,10 @@ func agentOut(s *core.State, a *core.Agent) Agent {
 }
 
 func agentDetailOut(s *core.State, a *core.Agent) *AgentDetail {
-	d := &AgentDetail{Agent: agentOut(s, a), Transcript: slices.Clone(a.Transcript)}
+	d := &AgentDetail{Agent: agentOut(s, a), Transcript: make([]chat.Message, len(a.Transcript))}
 	d.RunHistory = runHistory(a)
-	if d.Transcript == nil {
-		d.Transcript = []chat.Message{}
+	for i, m := range a.Transcript {
+		d.Transcript[i] = m.Clone()
 	}
 	return d
 }
@@ -320,8 +321,43 @@ func statusOut(s *core.State, now time.Time) *Status {
 	return v
 }
 
+// eventOut copies a stored event for a reader: its own bytes, without what
+// the store keeps of processes and incarnations.
 func eventOut(rec store.Record) Event {
-	return Event{Session: SessionID(rec.Session), Seq: rec.Seq, Global: rec.Global, At: rec.At, Type: rec.Type, Data: rec.Data}
+	return Event{Session: SessionID(rec.Session), Seq: rec.Seq, Global: rec.Global, At: rec.At, Type: rec.Type, Data: eventData(rec.Type, rec.Data)}
+}
+
+// eventData is an event's body as readers get it: a copy, and for the
+// events that record a process or an incarnation, without those fields
+// (pid, start ticks, cgroup, incarnation), which only the store and the
+// recovery of this node need. provider.process says instead whether the
+// process runs ("running"), which its pid of 0 said.
+func eventData(typ string, data []byte) json.RawMessage {
+	var internal []string
+	switch typ {
+	case "task.process", "provider.process":
+		internal = []string{"pid", "start_ticks", "cgroup"}
+	case "recovered":
+		internal = []string{"incarnation"}
+	default:
+		return bytes.Clone(data)
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil {
+		return bytes.Clone(data)
+	}
+	if typ == "provider.process" {
+		// A pid of 0 records that the process ended.
+		fields["running"] = json.RawMessage(strconv.FormatBool(string(fields["pid"]) != "0" && len(fields["pid"]) > 0))
+	}
+	for _, k := range internal {
+		delete(fields, k)
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return bytes.Clone(data)
+	}
+	return out
 }
 
 // compareIDs orders core ids such as "m2" < "m10".

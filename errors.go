@@ -35,8 +35,6 @@ const (
 	CodeRecovering ErrorCode = "recovering"
 	// CodeShuttingDown: the runtime was closed.
 	CodeShuttingDown ErrorCode = "shutting_down"
-	// CodeBudget: a budget refuses the request.
-	CodeBudget ErrorCode = "budget"
 	// CodeBehind: a subscriber fell behind the live events.
 	CodeBehind ErrorCode = "behind"
 	// CodeTimeout: the caller's deadline passed.
@@ -83,18 +81,19 @@ func (e *Error) Is(target error) bool {
 	return t == e || (t.Message == "" && t.Err == nil && t.Code == e.Code)
 }
 
-// Sentinels for errors.Is, one per code.
+// Sentinels for errors.Is, one per code. ErrSessionClosed is the code
+// closed (a session or an agent); the runtime's own end is
+// ErrShuttingDown.
 var (
-	ErrNotFound     = &Error{Code: CodeNotFound}
-	ErrInvalid      = &Error{Code: CodeInvalid}
-	ErrConflict     = &Error{Code: CodeConflict}
-	ErrClosed       = &Error{Code: CodeClosed}
-	ErrMoved        = &Error{Code: CodeMoved}
-	ErrUnavailable  = &Error{Code: CodeUnavailable}
-	ErrRecovering   = &Error{Code: CodeRecovering}
-	ErrShuttingDown = &Error{Code: CodeShuttingDown}
-	ErrBudget       = &Error{Code: CodeBudget}
-	ErrBehind       = &Error{Code: CodeBehind}
+	ErrNotFound      = &Error{Code: CodeNotFound}
+	ErrInvalid       = &Error{Code: CodeInvalid}
+	ErrConflict      = &Error{Code: CodeConflict}
+	ErrSessionClosed = &Error{Code: CodeClosed}
+	ErrMoved         = &Error{Code: CodeMoved}
+	ErrUnavailable   = &Error{Code: CodeUnavailable}
+	ErrRecovering    = &Error{Code: CodeRecovering}
+	ErrShuttingDown  = &Error{Code: CodeShuttingDown}
+	ErrBehind        = &Error{Code: CodeBehind}
 )
 
 // The runtime's own errors, with their messages.
@@ -131,7 +130,9 @@ func CodeOf(err error) ErrorCode {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return CodeNotFound
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrReadOnly), errors.Is(err, store.ErrRefused):
+	case errors.Is(err, store.ErrRefused):
+		return CodeInvalid // refused for good: no retry makes it succeed
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrReadOnly):
 		return CodeUnavailable
 	case errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrLeaseHeld):
 		return CodeMoved

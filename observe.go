@@ -19,9 +19,9 @@ type Observer interface {
 	// notification, with the run's status.
 	NotificationWritten(session SessionID, status string)
 	// NotificationDelivered is called when a notification reaches its
-	// owner: how is "inbox" (a run took it in) or "tool_result" (a waiting
-	// tool call got it); wait is how long after it was written (the wake
-	// latency, 0 for a tool result).
+	// owner: how is DeliverInbox (a run took it in) or DeliverToolResult
+	// (a waiting tool call got it); wait is how long after it was written
+	// (the wake latency, 0 for a tool result).
 	NotificationDelivered(session SessionID, how string, wait time.Duration)
 	// MessageResolved is called when a message's outcome is known (DESIGN
 	// rule 3).

@@ -152,7 +152,7 @@ func (p *outageProxy) setDown(down bool) {
 }
 
 // While the store is unavailable every request gets ErrUnavailable (the
-// server's 503 store_unavailable), never "no such session", "another node
+// server's 503 unavailable), never "no such session", "another node
 // owns it" or an unclassified error; a session whose lease lapsed in the
 // outage is taken back when the store answers. Before: creating a session
 // with PostgreSQL down was a 500, a prompt after the lease lapsed a 404,
@@ -240,7 +240,7 @@ func TestOutageAnswers(t *testing.T) {
 func wantStoreDown(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("%s: %v; want ErrUnavailable (503 store_unavailable)", what, err)
+		t.Fatalf("%s: %v; want ErrUnavailable (503 unavailable)", what, err)
 	}
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrMoved) {
 		t.Fatalf("%s: %v also claims the session is gone or moved", what, err)

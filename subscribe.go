@@ -200,7 +200,7 @@ func (s *Subscription) Close() {
 // subscriber fell behind (SubscribeParams.CutBehind), or the store's error.
 func (s *Subscription) Err() error {
 	<-s.done
-	return s.err
+	return wrapErr(s.err)
 }
 
 // SubscribeParams chooses a subscription's events and where it starts.

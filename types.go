@@ -53,13 +53,8 @@ const (
 
 // ParsePriority reads a priority; empty means next.
 func ParsePriority(s string) (Priority, bool) {
-	switch Priority(s) {
-	case "", PriorityNext:
-		return PriorityNext, true
-	case PriorityNow, PriorityLater:
-		return Priority(s), true
-	}
-	return "", false
+	p, ok := core.ParsePriority(s)
+	return Priority(p), ok
 }
 
 // PermissionMode says which tool calls run without asking.
@@ -265,7 +260,7 @@ type Run struct {
 
 	// In progress only: the model round, its call, and the tool calls of
 	// the round.
-	Round int        `json:"round,omitempty"`
+	Round int        `json:"round"`
 	Call  *ModelCall `json:"call,omitempty"`
 	Tools []ToolCall `json:"tools,omitempty"`
 }

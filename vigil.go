@@ -124,8 +124,16 @@ type Runtime struct {
 // ended, their tasks end interrupted with a notification, model calls that
 // were in flight are issued again. Open returns when that is done.
 func Open(ctx context.Context, opts Options) (*Runtime, error) {
+	r, err := open(ctx, opts)
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return r, nil
+}
+
+func open(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Store == nil {
-		return nil, errors.New("vigil: Options.Store is required")
+		return nil, invalidf("vigil: Options.Store is required")
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()

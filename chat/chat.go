@@ -4,6 +4,7 @@
 package chat
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 )
@@ -56,6 +57,16 @@ func ToolResult(useID, content string, isError bool) Block {
 type Message struct {
 	Role    Role    `json:"role"`
 	Content []Block `json:"content"`
+}
+
+// Clone returns a copy of m that shares no memory with it.
+func (m Message) Clone() Message {
+	c := Message{Role: m.Role, Content: make([]Block, len(m.Content))}
+	for i, b := range m.Content {
+		b.Input = bytes.Clone(b.Input)
+		c.Content[i] = b
+	}
+	return c
 }
 
 // PlainText joins the text blocks of the message.

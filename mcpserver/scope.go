@@ -38,7 +38,7 @@ func toolErr(err error) error {
 		return fmt.Errorf("interrupted: %w", err)
 	case vigil.CodeBehind:
 		return fmt.Errorf("%w; call again", err)
-	case vigil.CodeNotFound, vigil.CodeInvalid, vigil.CodeConflict, vigil.CodeClosed, vigil.CodeBudget, vigil.CodeInternal:
+	case vigil.CodeNotFound, vigil.CodeInvalid, vigil.CodeConflict, vigil.CodeClosed, vigil.CodeInternal:
 		return err // the runtime's message says it
 	}
 	return err
@@ -99,9 +99,8 @@ const (
 	needRuns
 )
 
-// view is what a tool read of one caller's session: copies, owned by the
-// tool. Its parts are read one after the other, the session first, so Seq
-// is never newer than anything else in it.
+// view is what a tool read of one caller's session: one copy (SessionGet),
+// owned by the tool, and maps into it.
 type view struct {
 	*vigil.SessionDetail
 	id     vigil.SessionID

@@ -30,7 +30,6 @@ func TestToolErr(t *testing.T) {
 		{&vigil.Error{Code: vigil.CodeInvalid, Message: "unknown provider \"nope\""}, "unknown provider \"nope\""},
 		{&vigil.Error{Code: vigil.CodeConflict, Message: "already answered"}, "already answered"},
 		{&vigil.Error{Code: vigil.CodeClosed, Message: "agent slow is closed"}, "agent slow is closed"},
-		{&vigil.Error{Code: vigil.CodeBudget, Message: "budget spent"}, "budget spent"},
 		{errors.New("disk on fire"), "disk on fire"},
 	} {
 		got := toolErr(c.err)

@@ -216,7 +216,7 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// Closing a closed session is no error: closing is idempotent.
-	if err := s.rt.CloseSession(r.Context(), id, by); err != nil && !errors.Is(err, vigil.ErrClosed) {
+	if err := s.rt.CloseSession(r.Context(), id, by); err != nil && !errors.Is(err, vigil.ErrSessionClosed) {
 		return err
 	}
 	return s.writeSession(w, r, id, http.StatusOK)

@@ -52,7 +52,6 @@ var statusOf = map[vigil.ErrorCode]int{
 	vigil.CodeUnavailable:  http.StatusServiceUnavailable,
 	vigil.CodeRecovering:   http.StatusServiceUnavailable,
 	vigil.CodeShuttingDown: http.StatusServiceUnavailable,
-	vigil.CodeBudget:       http.StatusConflict,
 	vigil.CodeBehind:       http.StatusConflict,
 	vigil.CodeTimeout:      http.StatusGatewayTimeout,
 	vigil.CodeCanceled:     499,

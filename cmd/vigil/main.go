@@ -17,7 +17,7 @@ import (
 	"sort"
 	"syscall"
 
-	"github.com/vigilrun/vigil/internal/sandbox"
+	"github.com/vigilrun/vigil"
 )
 
 // command is one subcommand.
@@ -66,7 +66,7 @@ func commands() map[string]command {
 }
 
 func main() {
-	sandbox.Main() // a sandboxed command's launcher never returns from it
+	vigil.Main() // a sandboxed command's launcher never returns from it
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}

@@ -24,6 +24,7 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/providertest"
+	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -82,6 +83,7 @@ type harness struct {
 	srv  *providertest.Server
 	drv  *Driver
 	rt   *vigil.Runtime
+	st   *memstore.Store
 	sess string
 	cwd  string
 }
@@ -105,8 +107,9 @@ func newHarness(t *testing.T, tune func(*Options)) *harness {
 		tune(&opts)
 	}
 	drv := New(opts)
+	st := memstore.New()
 	rt, err := vigil.Open(ctx, vigil.Options{
-		Store: memstore.New(), Drivers: map[string]provider.SessionDriver{Name: drv}, DefaultProvider: Name,
+		Store: st, Drivers: map[string]provider.SessionDriver{Name: drv}, DefaultProvider: Name,
 		DataDir: t.TempDir(), Node: "test", Logger: testLogger(t),
 	})
 	if err != nil {
@@ -120,7 +123,7 @@ func newHarness(t *testing.T, tune func(*Options)) *harness {
 			t.Errorf("driver close: %v", err)
 		}
 	})
-	return &harness{t: t, ctx: ctx, srv: srv, drv: drv, rt: rt, cwd: cwd}
+	return &harness{t: t, ctx: ctx, srv: srv, drv: drv, rt: rt, st: st, cwd: cwd}
 }
 
 // start creates the session with a first prompt.
@@ -180,21 +183,22 @@ func (h *harness) waitQuiet() *core.State {
 	return h.state()
 }
 
-// state is the session's state, folded from its committed events: the
-// driver's mirror of the CLI's work, which the library does not show.
+// state is the session's state, folded from the events the store holds:
+// the driver's mirror of the CLI's work, processes included, which the
+// library does not show.
 func (h *harness) state() *core.State {
 	h.t.Helper()
-	evs, err := h.rt.EventList(h.ctx, vigil.SessionID(h.sess), 0)
+	recs, err := h.st.EventList(h.ctx, &store.EventListParams{Session: h.sess, Limit: 1 << 30})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	events := make([]core.Event, len(evs))
-	for i, e := range evs {
-		body, err := core.DecodeBody(e.Type, e.Data)
+	events := make([]core.Event, len(recs))
+	for i, rec := range recs {
+		body, err := core.DecodeBody(rec.Type, rec.Data)
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		events[i] = core.Event{Seq: e.Seq, At: e.At, Body: body}
+		events[i] = core.Event{Seq: rec.Seq, At: rec.At, Body: body}
 	}
 	return core.Replay(events)
 }
@@ -652,8 +656,8 @@ func TestKilledWhileSubagentRuns(t *testing.T) {
 func (h *harness) waitReleased(after int64) int64 {
 	h.t.Helper()
 	rec := h.waitEvent("the end of the process", func(typ string, data []byte) bool {
-		var e core.ProcessRecorded
-		return typ == "provider.process" && json.Unmarshal(data, &e) == nil && e.PID == 0
+		var e struct{ Running bool }
+		return typ == "provider.process" && json.Unmarshal(data, &e) == nil && !e.Running
 	})
 	if rec.Seq <= after {
 		h.t.Fatalf("the process ended (event %d) before event %d", rec.Seq, after)

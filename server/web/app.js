@@ -911,7 +911,6 @@ class SessionView {
       else if (r.call && r.call.state === "backoff") what = `model call backs off (${r.call.retry_reason || "retry"})`;
       else if (r.call && r.call.state === "waiting-slot") what = "waiting for a model-call slot";
       else if ((r.tools || []).some((x) => !x.done)) what = "running tool calls: " + r.tools.filter((x) => !x.done).map((x) => x.name).join(", ");
-      if (r.finalizing) what += " (final round)";
       now = h("div.now", h("span.spinner"), `run ${r.seq} (${r.kind}) · round ${r.round} · ${what} · `, since(r.started));
     }
     replace(this.el.activity, now);
