@@ -19,7 +19,10 @@ type request struct {
 	input  core.Input
 	effect bool               // the input is an effect's outcome: never refused for a store outage
 	reply  chan<- core.Output // API inputs wait for the committed output
-	fn     func()             // a read or a control action
+	// view, when set, reads the state after the commit, on the actor,
+	// before the reply: a caller's copy of what the input did.
+	view func(s *core.State, out core.Output)
+	fn   func() // a read or a control action
 }
 
 // actor steps one session. Only its goroutine touches state, procs and
@@ -161,9 +164,15 @@ func (a *actor) shutdown() {
 // submit hands an input to the actor and, for API inputs, waits for the
 // committed output.
 func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) {
+	return a.submitView(ctx, in, nil)
+}
+
+// submitView is submit with view run on the actor after the commit,
+// before the reply, when the input succeeded.
+func (a *actor) submitView(ctx context.Context, in core.Input, view func(s *core.State, out core.Output)) (core.Output, error) {
 	reply := make(chan core.Output, 1)
 	select {
-	case a.reqs <- request{input: in, reply: reply}:
+	case a.reqs <- request{input: in, reply: reply, view: view}:
 	case <-a.done:
 		return core.Output{}, errRuntimeDone
 	case <-ctx.Done():
@@ -289,6 +298,9 @@ func (a *actor) process(batch []request) {
 	}
 	for i, r := range batch {
 		if r.reply != nil {
+			if r.view != nil && outs[i].Err == nil {
+				r.view(a.state, outs[i])
+			}
 			r.reply <- outs[i]
 		}
 	}
@@ -423,6 +435,9 @@ func (a *actor) refused(batch []request, cause error) {
 			}
 			if err == nil {
 				if r.reply != nil {
+					if r.view != nil && out.Err == nil {
+						r.view(a.state, out)
+					}
 					r.reply <- out
 				}
 				a.after(out.Events, out.Effects)

@@ -162,6 +162,12 @@ func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Se
 }
 
 func (r *Runtime) do(ctx context.Context, session SessionID, in core.Input) (core.Output, error) {
+	return r.doView(ctx, session, in, nil)
+}
+
+// doView is do with view run on the session's goroutine once the input is
+// committed (see actor.submitView).
+func (r *Runtime) doView(ctx context.Context, session SessionID, in core.Input, view func(s *core.State, out core.Output)) (core.Output, error) {
 	if err := checkText(in); err != nil {
 		return core.Output{}, err
 	}
@@ -169,7 +175,7 @@ func (r *Runtime) do(ctx context.Context, session SessionID, in core.Input) (cor
 	if err != nil {
 		return core.Output{}, r.notHere(ctx, session, err)
 	}
-	out, err := a.submit(ctx, in)
+	out, err := a.submitView(ctx, in, view)
 	return out, wrapErr(err)
 }
 
@@ -224,18 +230,18 @@ func (r *Runtime) Message(ctx context.Context, session SessionID, p *MessagePara
 	if p == nil {
 		return nil, invalidf("a message needs a recipient and text")
 	}
-	out, err := r.do(ctx, session, core.UserMessage{To: p.To, Text: p.Text, Priority: core.Priority(p.Priority)})
-	if err != nil {
-		return nil, err
-	}
 	var m Message
-	if err := r.inspect(ctx, session, func(s *core.State) {
+	_, err := r.doView(ctx, session, core.UserMessage{To: p.To, Text: p.Text, Priority: core.Priority(p.Priority)}, func(s *core.State, out core.Output) {
+		if out.Msg == nil {
+			return
+		}
 		cur := s.Msgs[out.Msg.ID]
 		if cur == nil {
 			cur = out.Msg
 		}
 		m = messageOut(s, cur)
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &m, nil

@@ -218,8 +218,9 @@ func TestErrorVocabulary(t *testing.T) {
 }
 
 // TestCopiesAreTheCallers: what the library hands out shares no memory
-// with the session or with another reader: a caller that edits its
-// transcript or an event's bytes changes nothing anyone else sees.
+// with the session: a caller that edits its transcript changes nothing
+// anyone else sees. An event's bytes are shared, read only, and an append
+// to them never reaches another reader's.
 func TestCopiesAreTheCallers(t *testing.T) {
 	rt, _ := openScript(t, "internal/examples/coordinator.yaml")
 	ctx := context.Background()
@@ -252,15 +253,19 @@ func TestCopiesAreTheCallers(t *testing.T) {
 		}
 	}
 
-	// Every reader's event is its own copy of the stored bytes, which the
-	// live fan-out hands to every subscriber at once.
-	rec := store.Record{Session: "s", Seq: 1, Type: "run.started", Data: []byte(`{"agent":"a0"}`)}
+	// The live fan-out hands one event's bytes to every subscriber, read
+	// only (Event.Data); appending to them never reaches another's.
+	data := make([]byte, 0, 64)
+	data = append(data, `{"agent":"a0"}`...)
+	rec := store.Record{Session: "s", Seq: 1, Type: "run.started", Data: data}
 	e1, e2 := eventOut(rec), eventOut(rec)
-	e1.Data[2] = 'X'
-	if string(e2.Data) != `{"agent":"a0"}` || string(rec.Data) != `{"agent":"a0"}` {
-		t.Fatalf("two readers share an event's bytes: %s, %s", e2.Data, rec.Data)
+	more := append(e2.Data, 'Y')
+	_ = append(e1.Data, "garbage"...)
+	if string(more) != `{"agent":"a0"}Y` || string(e2.Data) != `{"agent":"a0"}` {
+		t.Fatalf("an append reached another reader's bytes: %s", more)
 	}
-	// Two live subscribers of the same new events.
+	// Two live subscribers of the same new events: an append by one never
+	// changes what the other reads.
 	subs := make([]*Subscription, 2)
 	for i := range subs {
 		subs[i], err = rt.Subscribe(ctx, &SubscribeParams{Session: sess.ID, FromNow: true})
@@ -272,9 +277,9 @@ func TestCopiesAreTheCallers(t *testing.T) {
 	first := <-subs[0].C
 	second := <-subs[1].C
 	want := string(second.Data)
-	first.Data[0] = 'X'
-	if string(second.Data) != want {
-		t.Fatalf("two subscribers share an event's bytes: %s", second.Data)
+	_ = append(first.Data, "garbage"...)
+	if string(second.Data) != want || string(append(second.Data, 'Y')) != want+"Y" {
+		t.Fatalf("two subscribers' appends meet: %s", second.Data)
 	}
 }
 

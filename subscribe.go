@@ -361,7 +361,7 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(
 			}
 		}
 		behind := func() {
-			s.err = fmt.Errorf("%w: more than %d bytes of events were waiting for it (it resumes after %d)", errBehind, buffer, last)
+			s.err = fmt.Errorf("%w: more than %d events or %d bytes of events were waiting for it (it resumes after %d)", errBehind, listenerQueue, buffer, last)
 		}
 		// catchUp pages through the store until it has sent all it holds.
 		catchUp := func() bool {

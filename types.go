@@ -521,12 +521,15 @@ type TaskOutput struct {
 // type ("run.started", "notification.written", …) and its body as JSON,
 // in the documented event format.
 type Event struct {
-	Session SessionID       `json:"session"`
-	Seq     int64           `json:"seq"`
-	Global  int64           `json:"global"`
-	At      time.Time       `json:"at"`
-	Type    string          `json:"type"`
-	Data    json.RawMessage `json:"data"`
+	Session SessionID `json:"session"`
+	Seq     int64     `json:"seq"`
+	Global  int64     `json:"global"`
+	At      time.Time `json:"at"`
+	Type    string    `json:"type"`
+	// Data is shared with the event's other readers (every subscriber
+	// gets the same bytes): read it, and copy it before changing a byte.
+	// Appending to it is safe.
+	Data json.RawMessage `json:"data"`
 }
 
 // String lists the budget's bounds: "1000 tokens, 5 rounds, 10m0s run

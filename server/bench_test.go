@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,14 +22,14 @@ import (
 // BenchmarkSSEFanout measures events per second delivered to 100
 // concurrent event-stream clients of one session: b.N events are committed
 // (messages to a missing agent, one event each, from 4 senders), and the
-// clock stops when every client has read all of them.
+// clock stops when every client has read all of them. A client that falls
+// behind is cut (vigil.cut) and reconnects with Last-Event-ID, as a
+// browser's EventSource does; the reconnections are reported.
 //
 //	go test -run '^$' -bench SSEFanout -benchtime 20000x ./server/
 func BenchmarkSSEFanout(b *testing.B) {
 	const clients, senders = 100, 4
-	// A buffer that holds the whole run: a client that falls behind is
-	// not cut (it would reconnect; that is measured by the SSE tests).
-	h := newHarness(b, func(o *Options) { o.StreamBuffer = 1 << 30 })
+	h := newHarness(b)
 	id := h.create(CreateSessionRequest{Provider: "echo"})
 	startSeq, err := h.st.LastSeq(context.Background(), id)
 	if err != nil {
@@ -36,13 +38,14 @@ func BenchmarkSSEFanout(b *testing.B) {
 	target := startSeq + int64(b.N)
 
 	var ready, done sync.WaitGroup
+	var reconnects atomic.Int64
 	errs := make(chan error, clients)
 	for range clients {
 		ready.Add(1)
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			errs <- readUntil(h.ts.URL+"/api/sessions/"+id+"/events", startSeq, target, ready.Done)
+			errs <- readUntil(h.ts.URL+"/api/sessions/"+id+"/events", startSeq, target, ready.Done, &reconnects)
 		}()
 	}
 	ready.Wait() // every client is connected and has replayed the history
@@ -78,45 +81,72 @@ func BenchmarkSSEFanout(b *testing.B) {
 	}
 	b.ReportMetric(float64(clients)*float64(b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
+	b.ReportMetric(float64(reconnects.Load()), "reconnects")
 }
 
 // readUntil reads an event stream after from until it has seen the event
-// with id target, checking the ids run without a gap. connected is called
-// once the stream is caught up to from.
-func readUntil(url string, from, target int64, connected func()) error {
-	req, err := http.NewRequest("GET", url+"?after="+strconv.FormatInt(from, 10), nil)
+// with id target, checking the ids run without a gap or a repeat. When the
+// server cuts the stream (vigil.cut) it reconnects after the last id it
+// read, counting the reconnection. connected is called once the first
+// stream is open.
+func readUntil(url string, from, target int64, connected func(), reconnects *atomic.Int64) error {
+	next := from + 1
+	first := true
+	for {
+		err := readStream(url, next-1, target, &next, func() {
+			if first {
+				first = false
+				connected()
+			}
+		})
+		if first {
+			connected()
+		}
+		if err != errCut {
+			return err
+		}
+		reconnects.Add(1)
+	}
+}
+
+// errCut: the server ended the stream with vigil.cut.
+var errCut = errors.New("cut")
+
+// readStream reads one connection of an event stream from after, advancing
+// *next; it returns nil at target, errCut when the server cuts it.
+func readStream(url string, after, target int64, next *int64, connected func()) error {
+	req, err := http.NewRequest("GET", url, nil)
 	if err != nil {
-		connected()
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		connected()
 		return err
 	}
 	defer resp.Body.Close()
 	connected()
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	next := from + 1
-	var last []byte
-	for next <= target {
+	for *next <= target {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
-			return fmt.Errorf("stream ended at %d of %d (last line %q): %w", next-1, target, last, err)
+			return fmt.Errorf("stream ended at %d of %d without vigil.cut: %w", *next-1, target, err)
 		}
-		last = append(last[:0], line...)
+		if bytes.HasPrefix(line, []byte("event: vigil.cut")) {
+			return errCut
+		}
 		if !bytes.HasPrefix(line, []byte("id: ")) {
 			continue
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(line[4:])), 10, 64)
-		if err == nil && n == from && next == from+1 {
+		if err == nil && n == after && *next == after+1 {
 			continue // the stream's first frame: the position it starts after
 		}
-		if err != nil || n != next {
-			return fmt.Errorf("event id %q, want %d", line, next)
+		if err != nil || n != *next {
+			return fmt.Errorf("event id %q, want %d", line, *next)
 		}
-		next++
+		*next++
 	}
 	return nil
 }
