@@ -116,11 +116,6 @@ type view struct {
 // runtime. It returns errNoTask (wrapped, naming what) for a session that
 // does not exist or is not the caller's.
 func (s *Server) owned(ctx context.Context, owner string, session vigil.SessionID, what string, n need) (*view, error) {
-	return s.read(ctx, owner, session, what, n)
-}
-
-// read reads session for owned.
-func (s *Server) read(ctx context.Context, owner string, session vigil.SessionID, what string, n need) (*view, error) {
 	d, err := s.rt.SessionGet(ctx, session, &vigil.SessionGetParams{Notifications: n&needLists != 0, Messages: n&needLists != 0, Runs: n&needRuns != 0})
 	if vigil.CodeOf(err) == vigil.CodeNotFound {
 		return nil, notFoundTask(what) // as for another caller's: existence does not leak
