@@ -593,9 +593,7 @@ func (a *actor) armTimer() {
 
 // renew extends the session lease; a lost lease stops the actor.
 func (a *actor) renew() {
-	l, err := a.rt.st.LeaseRenew(a.ctx, &store.LeaseRenewParams{
-		Session: string(a.id), Owner: a.lease.Owner, Epoch: a.lease.Epoch, TTL: a.rt.leaseTTL, Now: a.rt.clock.Now(),
-	})
+	l, err := store.RenewOne(a.ctx, a.rt.st, string(a.id), a.lease.Owner, a.lease.Epoch, a.rt.leaseTTL, a.rt.clock.Now())
 	switch {
 	case err == nil:
 		a.lease = l

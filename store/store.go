@@ -11,6 +11,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -41,6 +42,21 @@ var (
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 )
+
+// Stats counts what a store wrote since it was opened: how many
+// transactions committed, how many appends they carried, and how many rows
+// they inserted or updated in all tables (the log and the projections).
+type Stats struct {
+	Commits int64
+	Appends int64
+	Rows    int64
+}
+
+// StatsReader is implemented by stores that count their writes (every
+// backend of this module does); vigil bench reads it.
+type StatsReader interface {
+	Stats() Stats
+}
 
 // Record is one stored event.
 type Record struct {
@@ -90,13 +106,31 @@ func (e *LeaseHeldError) Error() string {
 // Unwrap makes errors.Is(err, ErrLeaseHeld) true.
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
-// LeaseRenewParams extends a lease the caller holds.
+// LeaseRenewParams extends leases one owner holds, in one statement: a
+// node renews all its sessions in one round, not one write per session.
 type LeaseRenewParams struct {
+	Owner  string
+	Leases []LeaseRef
+	TTL    time.Duration
+	Now    time.Time
+}
+
+// LeaseRef names a held lease: the session and the epoch it was granted at.
+type LeaseRef struct {
 	Session string
-	Owner   string
 	Epoch   int64
-	TTL     time.Duration
-	Now     time.Time
+}
+
+// LeaseRenewResult reports a renewal. Every lease asked for is in exactly
+// one of Renewed and Lost.
+type LeaseRenewResult struct {
+	// Expires is the renewed leases' new expiry (Now+TTL).
+	Expires time.Time
+	// Renewed lists the sessions whose lease was extended.
+	Renewed []string
+	// Lost lists the sessions whose lease is no longer Owner's at that
+	// epoch: fenced, the owner must stop acting for them.
+	Lost []string
 }
 
 // LeaseReleaseParams gives a lease up.
@@ -166,8 +200,10 @@ type Store interface {
 	// LeaseAcquire grants the session's lease to Owner with a new epoch when
 	// it is free, expired, or already Owner's; otherwise ErrLeaseHeld.
 	LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) (*Lease, error)
-	// LeaseRenew extends a held lease; ErrFenced when it was lost.
-	LeaseRenew(ctx context.Context, p *LeaseRenewParams) (*Lease, error)
+	// LeaseRenew extends the leases Owner still holds at their epochs, all
+	// at once, and reports the ones it lost. An error means none was
+	// renewed.
+	LeaseRenew(ctx context.Context, p *LeaseRenewParams) (*LeaseRenewResult, error)
 	// LeaseRelease gives the lease up; a lost lease is not an error.
 	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
 
@@ -203,4 +239,17 @@ type Store interface {
 
 	// Close releases the store's resources. Safe to call twice.
 	Close() error
+}
+
+// RenewOne renews one lease through LeaseRenew: the lease it now is, or
+// ErrFenced when it was lost.
+func RenewOne(ctx context.Context, s Store, session, owner string, epoch int64, ttl time.Duration, now time.Time) (*Lease, error) {
+	res, err := s.LeaseRenew(ctx, &LeaseRenewParams{Owner: owner, Leases: []LeaseRef{{Session: session, Epoch: epoch}}, TTL: ttl, Now: now})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Renewed) != 1 || res.Renewed[0] != session {
+		return nil, fmt.Errorf("renew lease of %s: %s at epoch %d: %w", session, owner, epoch, ErrFenced)
+	}
+	return &Lease{Session: session, Owner: owner, Epoch: epoch, Expires: res.Expires}, nil
 }

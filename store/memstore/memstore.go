@@ -78,22 +78,27 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 }
 
 // LeaseRenew implements store.Store.
-func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
+func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store.LeaseRenewResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.check("renew lease"); err != nil {
+	if err := m.check("renew leases"); err != nil {
 		return nil, err
 	}
 	if m.fail != nil {
-		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, m.fail)
+		return nil, fmt.Errorf("renew %d leases: %w", len(p.Leases), m.fail)
 	}
-	l := m.leases[p.Session]
-	if l.Owner != p.Owner || l.Epoch != p.Epoch {
-		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, store.ErrFenced)
+	res := &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
+	for _, ref := range p.Leases {
+		l, ok := m.leases[ref.Session]
+		if !ok || l.Owner != p.Owner || l.Epoch != ref.Epoch {
+			res.Lost = append(res.Lost, ref.Session)
+			continue
+		}
+		l.Expires = res.Expires
+		m.leases[ref.Session] = l
+		res.Renewed = append(res.Renewed, ref.Session)
 	}
-	l.Expires = p.Now.Add(p.TTL)
-	m.leases[p.Session] = l
-	return &l, nil
+	return res, nil
 }
 
 // LeaseRelease implements store.Store.

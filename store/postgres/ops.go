@@ -73,28 +73,48 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 	return l, nil
 }
 
-// LeaseRenew implements store.Store.
-func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
+// LeaseRenew implements store.Store: one UPDATE for all the leases.
+func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.LeaseRenewResult, error) {
 	var e enc
 	expires := e.time(p.Now.Add(p.TTL))
 	if e.err != nil {
-		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, e.err)
+		return nil, fmt.Errorf("renew leases of %s: %w", p.Owner, e.err)
 	}
-	err := s.tx(ctx, "renew lease of "+p.Session, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE leases SET expires = $1 WHERE session = $2 AND owner = $3 AND epoch = $4`,
-			expires, p.Session, p.Owner, p.Epoch)
+	sessions, epochs := make([]string, len(p.Leases)), make([]int64, len(p.Leases))
+	for i, ref := range p.Leases {
+		sessions[i], epochs[i] = ref.Session, ref.Epoch
+	}
+	var res *store.LeaseRenewResult
+	err := s.tx(ctx, fmt.Sprintf("renew %d leases of %s", len(p.Leases), p.Owner), func(tx pgx.Tx) error {
+		res = &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
+		rows, err := tx.Query(ctx, `UPDATE leases SET expires = $1
+			FROM unnest($3::text[], $4::bigint[]) AS r (session, epoch)
+			WHERE leases.session = r.session AND leases.epoch = r.epoch AND leases.owner = $2
+			RETURNING leases.session`, expires, p.Owner, sessions, epochs)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%s at epoch %d: %w", p.Owner, p.Epoch, store.ErrFenced)
+		renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		got := make(map[string]bool, len(renewed))
+		for _, id := range renewed {
+			got[id] = true
+		}
+		for _, ref := range p.Leases {
+			if got[ref.Session] {
+				res.Renewed = append(res.Renewed, ref.Session)
+			} else {
+				res.Lost = append(res.Lost, ref.Session)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: p.Epoch, Expires: p.Now.Add(p.TTL)}, nil
+	return res, nil
 }
 
 // LeaseRelease implements store.Store.

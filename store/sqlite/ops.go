@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/store"
@@ -70,28 +72,66 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 	return l, nil
 }
 
-// LeaseRenew implements store.Store.
-func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.Lease, error) {
+// renewChunk bounds the leases one renewal statement carries (two
+// variables each, well under SQLite's limit).
+const renewChunk = 500
+
+// LeaseRenew implements store.Store: one UPDATE per 500 leases, all in one
+// transaction.
+func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.LeaseRenewResult, error) {
 	var e enc
 	expires := e.time(p.Now.Add(p.TTL))
 	if e.err != nil {
-		return nil, fmt.Errorf("renew lease of %s: %w", p.Session, e.err)
+		return nil, fmt.Errorf("renew leases of %s: %w", p.Owner, e.err)
 	}
-	err := s.write(ctx, "renew lease of "+p.Session, func(w *writer) error {
-		res, err := w.exec(`UPDATE leases SET expires = ? WHERE session = ? AND owner = ? AND epoch = ?`,
-			expires, p.Session, p.Owner, p.Epoch)
-		if err != nil {
-			return err
+	var res *store.LeaseRenewResult
+	err := s.write(ctx, fmt.Sprintf("renew %d leases of %s", len(p.Leases), p.Owner), func(w *writer) error {
+		res = &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
+		renewed := make(map[string]bool, len(p.Leases))
+		for chunk := range slices.Chunk(p.Leases, renewChunk) {
+			q := renewQuery(len(chunk))
+			args := make([]any, 0, 2+2*len(chunk))
+			args = append(args, expires, p.Owner)
+			for _, ref := range chunk {
+				args = append(args, ref.Session, ref.Epoch)
+			}
+			if err := w.query(q, args, func(rows *sql.Rows) error {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				renewed[id] = true
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("%s at epoch %d: %w", p.Owner, p.Epoch, store.ErrFenced)
+		for _, ref := range p.Leases {
+			if renewed[ref.Session] {
+				res.Renewed = append(res.Renewed, ref.Session)
+			} else {
+				res.Lost = append(res.Lost, ref.Session)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: p.Epoch, Expires: p.Now.Add(p.TTL)}, nil
+	return res, nil
+}
+
+func renewQuery(n int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE leases SET expires = ? WHERE owner = ? AND (session, epoch) IN (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?)")
+	}
+	b.WriteString(`) RETURNING session`)
+	return b.String()
 }
 
 // LeaseRelease implements store.Store.

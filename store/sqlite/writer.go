@@ -72,6 +72,25 @@ func (w *writer) scan(q string, args []any, dest ...any) error {
 	return st.QueryRowContext(context.Background(), args...).Scan(dest...)
 }
 
+// query runs a prepared query and calls scan for each row.
+func (w *writer) query(q string, args []any, scan func(*sql.Rows) error) error {
+	st, err := w.stmt(q)
+	if err != nil {
+		return err
+	}
+	rows, err := st.QueryContext(context.Background(), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // ctl runs a transaction control statement.
 func (w *writer) ctl(q string) error {
 	_, err := w.conn.ExecContext(context.Background(), q)

@@ -257,7 +257,7 @@ func testErrors(t *testing.T, s store.Store) {
 	l := acquire(t, s, "s", "A", base)
 	_, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "B", TTL: ttl, Now: base})
 	wantErr(t, "lease held", err, store.ErrLeaseHeld)
-	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "A", Epoch: l.Epoch + 1, TTL: ttl, Now: base})
+	_, err = store.RenewOne(ctx, s, "s", "A", l.Epoch+1, ttl, base)
 	wantErr(t, "renew fenced", err, store.ErrFenced)
 	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch + 1, Records: recs("s", 1, 1, "x")})
 	wantErr(t, "append fenced", err, store.ErrFenced)
@@ -293,7 +293,7 @@ func testClose(t *testing.T, s store.Store) {
 	}
 	_, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "A", TTL: ttl, Now: base})
 	check("LeaseAcquire", err)
-	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "A", Epoch: l.Epoch, TTL: ttl, Now: base})
+	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", Leases: []store.LeaseRef{{Session: "s", Epoch: l.Epoch}}, TTL: ttl, Now: base})
 	check("LeaseRenew", err)
 	check("LeaseRelease", s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "A", Epoch: l.Epoch}))
 	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: recs("s", 2, 1, "x")})

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NoteUnique", testNoteUnique},
 		{"Lease", testLease},
 		{"LeaseSteal", testLeaseSteal},
+		{"LeaseRenewMany", testLeaseRenewMany},
 		{"Fencing", testFencing},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"ConcurrentSameSession", testConcurrentSameSession},
@@ -431,7 +432,7 @@ func testLease(t *testing.T, s store.Store) {
 		return s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: owner, TTL: ttl, Now: now})
 	}
 	renew := func(owner string, epoch int64, now time.Time) (*store.Lease, error) {
-		return s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: owner, Epoch: epoch, TTL: ttl, Now: now})
+		return store.RenewOne(ctx, s, "s", owner, epoch, ttl, now)
 	}
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 
@@ -536,7 +537,7 @@ func testFencing(t *testing.T, s store.Store) {
 		}})
 		woke <- err
 		woke <- s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: a.Epoch, Seq: 99, Data: []byte("A@99")})
-		_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Session: "s", Owner: "node-a", Epoch: a.Epoch, TTL: ttl, Now: base.Add(3 * ttl)})
+		_, err = store.RenewOne(ctx, s, "s", "node-a", a.Epoch, ttl, base.Add(3*ttl))
 		woke <- err
 	}()
 
@@ -595,4 +596,55 @@ func testLeaseSteal(t *testing.T, s store.Store) {
 		t.Fatalf("the robbed owner's append: %v, want ErrFenced", err)
 	}
 	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "y"), nil)
+}
+
+// testLeaseRenewMany renews many leases of one owner at once: the ones it
+// still holds at their epochs are extended, and every other is reported
+// lost, whoever holds it now.
+func testLeaseRenewMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const n = 1200 // more than one statement's worth in a backend that chunks
+	var refs []store.LeaseRef
+	for i := range n {
+		l := acquire(t, s, fmt.Sprintf("r%04d", i), "A", base)
+		refs = append(refs, store.LeaseRef{Session: l.Session, Epoch: l.Epoch})
+	}
+	// r0001 is taken by B after expiry; r0002 is asked for at a wrong
+	// epoch; r0003 was never leased; r0004 was released.
+	if _, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "r0001", Owner: "B", TTL: ttl, Now: base.Add(2 * ttl)}); err != nil {
+		t.Fatal(err)
+	}
+	refs[2].Epoch++
+	refs[3] = store.LeaseRef{Session: "never-leased", Epoch: 1}
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "r0004", Owner: "A", Epoch: refs[4].Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	now := base.Add(10 * time.Second)
+	res, err := s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", Leases: refs, TTL: ttl, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Expires.Equal(now.Add(ttl)) {
+		t.Errorf("expires %v, want %v", res.Expires, now.Add(ttl))
+	}
+	lost := []string{"r0001", "r0002", "never-leased", "r0004"}
+	slices.Sort(res.Lost)
+	slices.Sort(lost)
+	if !slices.Equal(res.Lost, lost) {
+		t.Errorf("lost %v, want %v", res.Lost, lost)
+	}
+	if len(res.Renewed) != n-4 {
+		t.Errorf("%d renewed, want %d", len(res.Renewed), n-4)
+	}
+	// A renewed lease holds past its first expiry; B's was not touched.
+	if _, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "r0005", Owner: "C", TTL: ttl, Now: base.Add(ttl + time.Second)}); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Errorf("renewed lease taken before its new expiry: %v", err)
+	}
+	if _, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "r0001", Owner: "C", TTL: ttl, Now: base.Add(2*ttl + time.Second)}); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Errorf("B's lease was changed by A's renewal: %v", err)
+	}
+	// An empty renewal is no error.
+	if res, err := s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", TTL: ttl, Now: now}); err != nil || len(res.Renewed)+len(res.Lost) != 0 {
+		t.Errorf("empty renewal: %+v, %v", res, err)
+	}
 }
