@@ -28,6 +28,7 @@ type Store struct {
 	tasks    map[string][]store.TaskRow
 	items    map[string]map[string]store.ItemRow
 	notes    map[string][]store.NoteRow
+	stats    store.Stats
 	// Fail, when set, makes every write return it (tests of full disks and
 	// lost databases).
 	fail error
@@ -151,7 +152,32 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 	if pr := p.Projection; pr != nil {
 		m.project(p.Session, pr, res)
 	}
+	// As a database would count it: one transaction, one log row per step,
+	// one row per projection row.
+	m.stats.Commits++
+	m.stats.Appends++
+	if len(p.Records) > 0 {
+		m.stats.Rows++
+	}
+	if pr := p.Projection; pr != nil {
+		if pr.Session != nil {
+			m.stats.Rows++
+		}
+		m.stats.Rows += int64(len(pr.Agents) + len(pr.Runs) + len(pr.Tasks) + len(pr.Items) + len(pr.Notes) - len(res.DuplicateNotes))
+	}
 	return res, nil
+}
+
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.StatsReader = (*Store)(nil)
+)
+
+// Stats implements store.StatsReader.
+func (m *Store) Stats() store.Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
 }
 
 func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) {

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/vigilrun/vigil/internal/steps"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -63,6 +63,7 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		if err != nil {
 			return err
 		}
+		w.g.rows++
 		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL)}
 		return nil
 	})
@@ -101,6 +102,7 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 					return err
 				}
 				renewed[id] = true
+				w.g.rows++
 				return nil
 			}); err != nil {
 				return err
@@ -122,16 +124,7 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 }
 
 func renewQuery(n int) string {
-	var b strings.Builder
-	b.WriteString(`UPDATE leases SET expires = ? WHERE owner = ? AND (session, epoch) IN (VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?)")
-	}
-	b.WriteString(`) RETURNING session`)
-	return b.String()
+	return valuesQuery(`UPDATE leases SET expires = ? WHERE owner = ? AND (session, epoch) IN (VALUES `, 2, n) + `) RETURNING session`
 }
 
 // LeaseRelease implements store.Store.
@@ -160,49 +153,60 @@ func (w *writer) fence(session string, epoch int64) error {
 	return nil
 }
 
-// EventAppend implements store.Store.
+// EventAppend implements store.Store. The step is one row of the steps
+// table (internal/steps' format), and its projection rows are written with
+// the group's, once per key.
 func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
-	var e enc
-	ats := make([]any, len(p.Records))
-	for i, r := range p.Records {
-		ats[i] = e.time(r.At)
-	}
-	if e.err != nil {
-		return nil, fmt.Errorf("append %s: %w", p.Session, e.err)
+	var data []byte
+	if len(p.Records) > 0 {
+		var err error
+		if data, err = steps.Encode(nil, p.Records); err != nil {
+			return nil, fmt.Errorf("append %s: %w", p.Session, err)
+		}
 	}
 	var res *store.AppendResult
 	err := s.write(ctx, "append "+p.Session, func(w *writer) error {
 		res = &store.AppendResult{}
-		if err := w.fence(p.Session, p.Epoch); err != nil {
+		g := w.g
+		var epoch, stored sql.NullInt64
+		if err := w.scan(`SELECT (SELECT epoch FROM leases WHERE session = ?1), (SELECT MAX(last) FROM steps WHERE session = ?1)`,
+			[]any{p.Session}, &epoch, &stored); err != nil {
 			return err
 		}
-		var last int64
-		if err := w.scan(`SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?`, []any{p.Session}, &last); err != nil {
-			return err
+		if epoch.Int64 == 0 {
+			return fmt.Errorf("no lease on the session: %w", store.ErrFenced)
+		}
+		if epoch.Int64 != p.Epoch {
+			return fmt.Errorf("epoch %d, lease epoch %d: %w", p.Epoch, epoch.Int64, store.ErrFenced)
+		}
+		last := stored.Int64
+		if l, ok := g.last[p.Session]; ok {
+			last = l
 		}
 		for i, r := range p.Records {
 			if r.Seq != last+int64(i)+1 {
 				return fmt.Errorf("seq %d after %d: %w", r.Seq, last+int64(i), store.ErrConflict)
 			}
 		}
-		for i, r := range p.Records {
-			data := r.Data
-			if data == nil {
-				data = []byte{}
+		if n := int64(len(p.Records)); n > 0 {
+			if g.next == 0 {
+				var top int64
+				if err := w.scan(`SELECT COALESCE(MAX(glast), 0) FROM steps`, nil, &top); err != nil {
+					return err
+				}
+				g.next = top + 1
 			}
-			r, err := w.exec(`INSERT INTO events (session, seq, at, type, data) VALUES (?, ?, ?, ?, ?)`,
-				p.Session, r.Seq, ats[i], r.Type, data)
-			if err != nil {
-				return err
+			first := g.next
+			g.next += n
+			g.last[p.Session] = last + n
+			g.steps = append(g.steps, []any{first + n - 1, p.Session, last + 1, last + n, data})
+			for k := range n {
+				res.Globals = append(res.Globals, first+k)
 			}
-			g, err := r.LastInsertId()
-			if err != nil {
-				return err
-			}
-			res.Globals = append(res.Globals, g)
 		}
+		g.appends++
 		if p.Projection != nil {
-			return w.project(p.Session, p.Projection, res)
+			return g.stage(p.Session, p.Projection, res)
 		}
 		return nil
 	})
@@ -214,96 +218,6 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (*s
 			"session", p.Session, "notes", res.DuplicateNotes, "reason", "duplicate-notification")
 	}
 	return res, nil
-}
-
-// project upserts a step's rows.
-func (w *writer) project(session string, pr *store.Projection, res *store.AppendResult) error {
-	var e enc
-	if r := pr.Session; r != nil {
-		if _, err := w.exec(`INSERT INTO sessions (id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET title = excluded.title, owner = excluded.owner, provider = excluded.provider,
-				model = excluded.model, cwd = excluded.cwd, closed = excluded.closed, created = excluded.created,
-				updated = excluded.updated, last_seq = excluded.last_seq, input_tokens = excluded.input_tokens,
-				output_tokens = excluded.output_tokens`,
-			session, r.Title, r.Owner, r.Provider, r.Model, r.Cwd, r.Closed, e.time(r.Created), e.time(r.Updated),
-			r.LastSeq, r.InputTokens, r.OutputTokens); err != nil {
-			return err
-		}
-	}
-	for _, a := range pr.Agents {
-		if _, err := w.exec(`INSERT INTO agents (session, id, name, owner, task, state, runs, inbox, input_tokens, output_tokens)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (session, id) DO UPDATE SET name = excluded.name, owner = excluded.owner, task = excluded.task,
-				state = excluded.state, runs = excluded.runs, inbox = excluded.inbox,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
-			session, a.ID, a.Name, a.Owner, a.Task, a.State, a.Runs, a.Inbox, a.InputTokens, a.OutputTokens); err != nil {
-			return err
-		}
-	}
-	for _, r := range pr.Runs {
-		if _, err := w.exec(`INSERT INTO runs (session, agent, seq, kind, status, started, ended, reply, error, input_tokens, output_tokens)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (session, agent, seq) DO UPDATE SET kind = excluded.kind, status = excluded.status,
-				started = excluded.started, ended = excluded.ended, reply = excluded.reply, error = excluded.error,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
-			session, r.Agent, r.Seq, r.Kind, r.Status, e.time(r.Started), e.time(r.Ended), r.Reply, r.Error,
-			r.InputTokens, r.OutputTokens); err != nil {
-			return err
-		}
-	}
-	for _, t := range pr.Tasks {
-		var exit any
-		if t.Exit != nil {
-			exit = *t.Exit
-		}
-		if _, err := w.exec(`INSERT INTO tasks (session, id, kind, owner, agent, status, command, started, ended, exit_code)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (session, id) DO UPDATE SET kind = excluded.kind, owner = excluded.owner, agent = excluded.agent,
-				status = excluded.status, command = excluded.command, started = excluded.started,
-				ended = excluded.ended, exit_code = excluded.exit_code`,
-			session, t.ID, t.Kind, t.Owner, t.Agent, t.Status, t.Command, e.time(t.Started), e.time(t.Ended), exit); err != nil {
-			return err
-		}
-	}
-	for _, it := range pr.Items {
-		var err error
-		if it.StatusOnly {
-			_, err = w.exec(`UPDATE items SET status = ?, run = ? WHERE session = ? AND id = ?`, it.Status, it.Run, session, it.ID)
-		} else {
-			_, err = w.exec(`INSERT INTO items (session, id, agent, kind, priority, sender, status, run, enqueued)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (session, id) DO UPDATE SET agent = excluded.agent, kind = excluded.kind,
-					priority = excluded.priority, sender = excluded.sender, status = excluded.status,
-					run = excluded.run, enqueued = excluded.enqueued`,
-				session, it.ID, it.Agent, it.Kind, it.Priority, it.From, it.Status, it.Run, e.time(it.Enqueued))
-		}
-		if err != nil {
-			return err
-		}
-	}
-	for _, n := range pr.Notes {
-		if n.New {
-			r, err := w.exec(`INSERT INTO notes (session, task, run, owner, status, delivery, delivered_run, dropped, written)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session, task, run) DO NOTHING`,
-				session, n.Task, n.Run, n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written))
-			if err != nil {
-				return err
-			}
-			if k, err := r.RowsAffected(); err != nil {
-				return err
-			} else if k == 0 {
-				res.DuplicateNotes = append(res.DuplicateNotes, n.Key())
-			}
-			continue
-		}
-		if _, err := w.exec(`UPDATE notes SET owner = ?, status = ?, delivery = ?, delivered_run = ?, dropped = ?, written = ?
-			WHERE session = ? AND task = ? AND run = ?`,
-			n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written), session, n.Task, n.Run); err != nil {
-			return err
-		}
-	}
-	return e.err
 }
 
 // SnapshotSave implements store.Store.
@@ -329,7 +243,7 @@ func (s *Store) read(ctx context.Context, what string, fn func(db *sql.DB) error
 		return err
 	}
 	defer s.mu.RUnlock()
-	if err := fn(s.rdb); err != nil {
+	if err := fn(s.rdb); err != nil && !errors.Is(err, errEnough) {
 		return fmt.Errorf("%s: %w", what, mapErr(err))
 	}
 	return nil
@@ -361,35 +275,69 @@ func limit(n int) int {
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
 	var out []store.Record
 	err := s.read(ctx, "list events of "+p.Session, func(db *sql.DB) error {
-		return query(ctx, db, `SELECT seq, global, at, type, data FROM events WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?`,
-			[]any{p.Session, p.AfterSeq, limit(p.Limit)}, func(rows *sql.Rows) error {
-				r := store.Record{Session: p.Session}
-				var at sql.NullInt64
-				if err := rows.Scan(&r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
-					return err
+		return query(ctx, db, `SELECT glast, seq, last, data FROM steps WHERE session = ? AND last > ? ORDER BY last`,
+			[]any{p.Session, p.AfterSeq}, func(rows *sql.Rows) error {
+				var err error
+				out, err = scanStep(rows, out, p.Session, func(r store.Record) bool { return r.Seq > p.AfterSeq })
+				if err == nil && p.Limit > 0 && len(out) >= p.Limit {
+					out = out[:p.Limit]
+					return errEnough
 				}
-				r.At = fromNanos(at)
-				out = append(out, r)
-				return nil
+				return err
 			})
 	})
 	return out, err
+}
+
+// errEnough ends a query whose caller has the rows it wants.
+var errEnough = errors.New("enough rows")
+
+// scanStep decodes a step row (glast, seq, last, data) and appends the
+// records keep accepts to out.
+func scanStep(rows *sql.Rows, out []store.Record, session string, keep func(store.Record) bool) ([]store.Record, error) {
+	var glast, seq, last int64
+	var data []byte
+	var sess string
+	dest := []any{&glast, &seq, &last, &data}
+	if session == "" {
+		dest = append(dest, &sess)
+	} else {
+		sess = session
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return out, err
+	}
+	from := len(out)
+	out, err := steps.Decode(out, sess, seq, glast-(last-seq), data)
+	if err != nil {
+		return out, err
+	}
+	if n := len(out) - from; int64(n) != last-seq+1 {
+		return out, fmt.Errorf("step %s#%d: %d records, want %d: %w", sess, seq, n, last-seq+1, steps.ErrCorrupt)
+	}
+	kept := from
+	for _, r := range out[from:] {
+		if keep(r) {
+			out[kept] = r
+			kept++
+		}
+	}
+	return out[:kept], nil
 }
 
 // EventListAll implements store.Store.
 func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) ([]store.Record, error) {
 	var out []store.Record
 	err := s.read(ctx, "list events", func(db *sql.DB) error {
-		return query(ctx, db, `SELECT session, seq, global, at, type, data FROM events WHERE global > ? ORDER BY global LIMIT ?`,
-			[]any{p.AfterGlobal, limit(p.Limit)}, func(rows *sql.Rows) error {
-				var r store.Record
-				var at sql.NullInt64
-				if err := rows.Scan(&r.Session, &r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
-					return err
+		return query(ctx, db, `SELECT glast, seq, last, data, session FROM steps WHERE glast > ? ORDER BY glast`,
+			[]any{p.AfterGlobal}, func(rows *sql.Rows) error {
+				var err error
+				out, err = scanStep(rows, out, "", func(r store.Record) bool { return r.Global > p.AfterGlobal })
+				if err == nil && p.Limit > 0 && len(out) >= p.Limit {
+					out = out[:p.Limit]
+					return errEnough
 				}
-				r.At = fromNanos(at)
-				out = append(out, r)
-				return nil
+				return err
 			})
 	})
 	return out, err
@@ -399,7 +347,7 @@ func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) (
 func (s *Store) LastSeq(ctx context.Context, session string) (int64, error) {
 	var n int64
 	err := s.read(ctx, "last seq of "+session, func(db *sql.DB) error {
-		return db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?`, session).Scan(&n)
+		return db.QueryRowContext(ctx, `SELECT COALESCE(MAX(last), 0) FROM steps WHERE session = ?`, session).Scan(&n)
 	})
 	return n, err
 }

@@ -5,18 +5,31 @@
 //
 // One writer goroutine owns the only write connection. EventAppend,
 // SnapshotSave and the lease calls queue a job to it; it takes every job
-// queued (group commit), runs each in its own SAVEPOINT inside one
-// BEGIN IMMEDIATE transaction, so a job that fails (fenced, conflict) rolls
-// back only itself, commits once (one fsync for many steps), and then
-// answers each caller. A job whose failure breaks the transaction (a full
-// disk, an I/O error) is answered with its error and the others are run
-// again in a new transaction. Fencing (the lease epoch), the sequence check,
-// the events and the projection rows of an append are one transaction.
-// Reads use a pool of read-only connections and see committed data only.
+// queued (group commit) and runs them in one BEGIN IMMEDIATE transaction,
+// commits once (one fsync for many steps), and then answers each caller.
+// Each job checks before it writes: an append reads its session's lease
+// epoch and last sequence in one query, so a fenced or conflicting append
+// is refused having written nothing, and no savepoint per job is needed.
+// An append stages its step and projection rows in the group; at the end
+// of the transaction the group's steps are inserted in one multi-row
+// statement and each projection table is upserted once per key (the last
+// row of a key wins), in multi-row statements. A job whose failure breaks
+// the transaction (a full disk, an I/O error) is answered with its error
+// and the others are run again in a new transaction; when writing the
+// staged rows fails, the group's jobs are committed one by one, so the
+// failure is only its own job's. Fencing, the sequence check, the step and
+// the projection rows of an append are one transaction. Reads use a pool
+// of read-only connections and see committed data only.
 //
-// Events get their Global from an AUTOINCREMENT rowid assigned under
+// # The log
+//
+// A step is one row of the steps table, whatever its number of events: its
+// records in internal/steps' format, the sequences seq..last, and glast,
+// the Global of its last record (the first's is glast-(last-seq)). The
+// writer gives each step the Globals after the largest glast stored, under
 // SQLite's single write lock, so commit order is Global order and a reader
-// following EventListAll by AfterGlobal never skips a row.
+// following EventListAll by AfterGlobal never skips a record. Schema
+// version 2 moved the version 1 events table (a row per event) into steps.
 //
 // # Files
 //
@@ -128,11 +141,21 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// commits counts committed groups (for tests of group commit).
+	// commits counts committed groups; appends and rows what they held.
 	commits atomic.Int64
+	appends atomic.Int64
+	rows    atomic.Int64
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.StatsReader = (*Store)(nil)
+)
+
+// Stats implements store.StatsReader.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Commits: s.commits.Load(), Appends: s.appends.Load(), Rows: s.rows.Load()}
+}
 
 // Open opens (creating it if needed) the database at path, migrates its
 // schema and starts the writer. A read-only file or directory gives an error
@@ -181,7 +204,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		_ = s.wdb.Close()
 		return nil, fmt.Errorf("open %s: %w", path, s.openErr(err))
 	}
-	s.w = &writer{conn: conn, stmts: map[string]*sql.Stmt{}}
+	s.w = &writer{conn: conn, stmts: map[string]*sql.Stmt{}, queries: map[queryKey]string{}}
 	fail := func(what string, err error) (*Store, error) {
 		_ = s.w.close()
 		_ = s.wdb.Close()

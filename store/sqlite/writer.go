@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigilrun/vigil/internal/steps"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -19,8 +20,12 @@ import (
 type job struct {
 	ctx  context.Context
 	what string
-	// fn runs inside a savepoint. It may run more than once (when another
-	// job broke the transaction), so it must set its results afresh.
+	// fn runs inside the group's transaction. It may run more than once
+	// (when another job broke the transaction), so it must set its results
+	// afresh. It runs its checks before it writes or stages anything: a
+	// refusal it returns (store.ErrFenced, ErrConflict, ErrLeaseHeld, or a
+	// statement the database refused) must have written nothing, since no
+	// savepoint undoes it; any other error breaks the group's transaction.
 	fn   func(w *writer) error
 	err  error
 	done chan struct{}
@@ -38,8 +43,11 @@ func (j *job) finish(err error) {
 // context would interrupt SQLite, which may roll back the whole group's
 // transaction.
 type writer struct {
-	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
+	conn    *sql.Conn
+	stmts   map[string]*sql.Stmt
+	queries map[queryKey]string
+	// g is what the current transaction's jobs staged.
+	g *group
 }
 
 func (w *writer) stmt(q string) (*sql.Stmt, error) {
@@ -54,12 +62,20 @@ func (w *writer) stmt(q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// exec runs a prepared statement; the rows it changed count in the
+// group's rows.
 func (w *writer) exec(q string, args ...any) (sql.Result, error) {
 	st, err := w.stmt(q)
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(context.Background(), args...)
+	res, err := st.ExecContext(context.Background(), args...)
+	if err == nil && w.g != nil {
+		if n, err := res.RowsAffected(); err == nil {
+			w.g.rows += n
+		}
+	}
+	return res, err
 }
 
 // scan runs a query returning at most one row into dest; sql.ErrNoRows
@@ -188,9 +204,15 @@ func (s *Store) run(group []*job) {
 				j.finish(err)
 			}
 			return
-		case broke < 0:
+		case broke == -1:
 			for _, j := range pending {
 				j.finish(j.err)
+			}
+			return
+		case broke == splitGroup:
+			s.log.Warn("sqlite: writing a group's rows failed; its writes are committed one by one", "writes", len(pending))
+			for _, j := range pending {
+				s.run([]*job{j})
 			}
 			return
 		}
@@ -202,42 +224,51 @@ func (s *Store) run(group []*job) {
 	}
 }
 
-// attempt runs jobs in one transaction, each in a savepoint, and commits.
-// It returns the index of a job whose error broke the transaction (then
-// nothing was committed), -1 when it committed, or an error that fails
-// every job.
+// attempt runs jobs in one transaction, writes what they staged and
+// commits. It returns the index of a job whose error broke the transaction
+// (then nothing was committed), -1 when it committed, or an error that
+// fails every job. When writing the staged rows fails, the jobs are
+// committed one by one so that the failure is only its own job's.
 func (s *Store) attempt(jobs []*job) (int, error) {
 	if err := s.retryBusy("begin", func() error { return s.w.ctl("BEGIN IMMEDIATE") }); err != nil {
 		return -1, err
 	}
+	g := newGroup()
+	s.w.g = g
+	defer func() { s.w.g = nil }()
 	for i, j := range jobs {
 		j.err = nil
-		if err := s.w.ctl("SAVEPOINT job"); err != nil {
-			s.rollback()
-			return -1, err
-		}
-		err := j.fn(s.w)
-		if err == nil {
-			if err := s.w.ctl("RELEASE job"); err != nil {
-				s.rollback()
-				return -1, err
+		rows := g.rows
+		if err := j.fn(s.w); err != nil {
+			j.err = err
+			if logical(err) && g.rows == rows {
+				continue
 			}
-			continue
+			s.rollback()
+			return i, nil
 		}
-		j.err = err
-		if logical(err) && s.w.ctl("ROLLBACK TO job") == nil && s.w.ctl("RELEASE job") == nil {
-			continue
-		}
+	}
+	if err := s.w.flush(g); err != nil {
 		s.rollback()
-		return i, nil
+		if len(jobs) > 1 {
+			return splitGroup, nil
+		}
+		jobs[0].err = err
+		return 0, nil
 	}
 	if err := s.retryBusy("commit", func() error { return s.w.ctl("COMMIT") }); err != nil {
 		s.rollback()
 		return -1, err
 	}
 	s.commits.Add(1)
+	s.appends.Add(g.appends)
+	s.rows.Add(g.rows)
 	return -1, nil
 }
+
+// splitGroup is attempt's answer when writing a group's staged rows
+// failed: its jobs are then committed one by one.
+const splitGroup = -2
 
 // logical reports whether err is a refusal of one job (which wrote
 // nothing), decided by the job or by a constraint of the database, rather
@@ -318,10 +349,68 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := conn.ExecContext(ctx, string(body)); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
+		if post := afterMigration[m.version]; post != nil {
+			if err := post(ctx, conn); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+		}
 		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_version (version) VALUES (?)", m.version); err != nil {
 			return err
 		}
 		s.log.Info("sqlite: migrated", "path", s.path, "version", m.version)
 	}
 	return s.w.ctl("COMMIT")
+}
+
+// afterMigration holds the work a migration needs that SQL cannot do, run
+// in its transaction after its SQL.
+var afterMigration = map[int]func(ctx context.Context, conn *sql.Conn) error{
+	2: moveEvents,
+}
+
+// moveEvents moves the rows of the version 1 events table into steps, one
+// step per event with its global position, and drops the table.
+func moveEvents(ctx context.Context, conn *sql.Conn) error {
+	ins, err := conn.PrepareContext(ctx, `INSERT INTO steps (glast, session, seq, last, data) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	after := int64(0)
+	for {
+		rows, err := conn.QueryContext(ctx, `SELECT global, session, seq, at, type, data FROM events WHERE global > ? ORDER BY global LIMIT 10000`, after)
+		if err != nil {
+			return err
+		}
+		var batch []store.Record
+		for rows.Next() {
+			var r store.Record
+			var at sql.NullInt64
+			if err := rows.Scan(&r.Global, &r.Session, &r.Seq, &at, &r.Type, &r.Data); err != nil {
+				rows.Close()
+				return err
+			}
+			r.At = fromNanos(at)
+			batch = append(batch, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range batch {
+			data, err := steps.Encode(nil, []store.Record{r})
+			if err != nil {
+				return fmt.Errorf("event %s#%d: %w", r.Session, r.Seq, err)
+			}
+			if _, err := ins.ExecContext(ctx, r.Global, r.Session, r.Seq, r.Seq, data); err != nil {
+				return fmt.Errorf("event %s#%d: %w", r.Session, r.Seq, err)
+			}
+			after = r.Global
+		}
+		if len(batch) < 10000 {
+			break
+		}
+	}
+	_, err = conn.ExecContext(ctx, `DROP TABLE events`)
+	return err
 }
