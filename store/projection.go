@@ -314,3 +314,82 @@ func sortedItems(m map[core.ItemID]itemChange) []core.ItemID {
 	})
 	return ids
 }
+
+// Pending accumulates the projection rows of several steps of one session
+// until they are written: a later row of a key replaces the earlier one,
+// so a row changed by many steps is written once. A new notification or
+// item stays new (an insert) whatever updates follow it; a status change
+// of an item folds into its complete row when that is pending too.
+type Pending struct {
+	p      Projection
+	agents map[string]int
+	runs   map[runKey]int
+	tasks  map[string]int
+	items  map[string]int
+	notes  map[core.NoteKey]int
+}
+
+type runKey struct {
+	agent string
+	seq   int
+}
+
+// Add folds a step's rows into the pending ones.
+func (x *Pending) Add(q *Projection) {
+	if q == nil {
+		return
+	}
+	if x.agents == nil {
+		x.agents, x.runs, x.tasks = map[string]int{}, map[runKey]int{}, map[string]int{}
+		x.items, x.notes = map[string]int{}, map[core.NoteKey]int{}
+	}
+	if q.Session != nil {
+		r := *q.Session
+		x.p.Session = &r
+	}
+	for _, a := range q.Agents {
+		x.p.Agents = put(x.p.Agents, x.agents, a.ID, a)
+	}
+	for _, r := range q.Runs {
+		x.p.Runs = put(x.p.Runs, x.runs, runKey{r.Agent, r.Seq}, r)
+	}
+	for _, t := range q.Tasks {
+		x.p.Tasks = put(x.p.Tasks, x.tasks, t.ID, t)
+	}
+	for _, it := range q.Items {
+		if i, ok := x.items[it.ID]; ok && it.StatusOnly {
+			x.p.Items[i].Status, x.p.Items[i].Run = it.Status, it.Run
+			continue
+		}
+		x.p.Items = put(x.p.Items, x.items, it.ID, it)
+	}
+	for _, n := range q.Notes {
+		k := core.NoteKey{Task: core.TaskID(n.Task), Run: n.Run}
+		if i, ok := x.notes[k]; ok {
+			n.New = n.New || x.p.Notes[i].New
+		}
+		x.p.Notes = put(x.p.Notes, x.notes, k, n)
+	}
+}
+
+func put[K comparable, R any](rows []R, index map[K]int, k K, r R) []R {
+	if i, ok := index[k]; ok {
+		rows[i] = r
+		return rows
+	}
+	index[k] = len(rows)
+	return append(rows, r)
+}
+
+// Empty reports whether no row is pending.
+func (x *Pending) Empty() bool {
+	p := &x.p
+	return p.Session == nil && len(p.Agents)+len(p.Runs)+len(p.Tasks)+len(p.Items)+len(p.Notes) == 0
+}
+
+// Take returns the pending rows and forgets them.
+func (x *Pending) Take() *Projection {
+	p := x.p
+	*x = Pending{}
+	return &p
+}
