@@ -18,15 +18,17 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
-	"github.com/vigilrun/vigil/chat"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/snapshot"
 )
 
 // Options configures one simulated run.
@@ -49,6 +51,9 @@ type Options struct {
 	// "main"), and keeps every step that touched it. Each line starts with
 	// its step number ("#151 t=30.103s ..."). Tracing never changes the run.
 	Trace string
+	// codec, when set, replaces the snapshot codec (tests of the snapshot
+	// check).
+	codec *codec
 }
 
 // TraceFull is the Options.Trace value that keeps every step.
@@ -62,7 +67,7 @@ const SeedBugsTag = "seedbugs"
 
 // Violation is a broken rule.
 type Violation struct {
-	Rule   string // "1".."9", "replay" or "end"
+	Rule   string // a rule of DESIGN section 2 ("1".."11"), or "replay", "snapshot", "ledger", "liveness", "end"
 	Step   int
 	At     time.Duration // virtual time since the start
 	Detail string
@@ -395,6 +400,19 @@ func (w *world) crash() {
 	if got := stateJSON(w.state); got != committed {
 		w.chk.violate("replay", "state rebuilt from the log differs from the committed state")
 	}
+	// Recovery starts from a snapshot: one taken part way through the log
+	// (where is decided without the seed's random stream, which stays the
+	// same), plus the events after it, must rebuild the same state.
+	k := len(w.log) * (1 + w.res.Crashes%7) / 8
+	c := w.opts.codec
+	if c == nil {
+		c = &codec{encode: snapshot.Encode, decode: snapshot.Decode}
+	}
+	if got, err := c.fromSnapshot(w.log, k); err != nil {
+		w.chk.violate("snapshot", "snapshot at seq "+strconv.Itoa(k)+": "+err.Error())
+	} else if got != committed {
+		w.chk.violate("snapshot", "state rebuilt from a snapshot at seq "+strconv.Itoa(k)+" and the log after it differs from the committed state")
+	}
 	w.chk.onCrash()
 	// The new incarnation recovers before it accepts anything else.
 	w.step(core.Recover{Incarnation: w.inc}, "recover")
@@ -405,6 +423,29 @@ func (w *world) crash() {
 			w.retryLater(id)
 		}
 	}
+}
+
+// codec is a snapshot encoding.
+type codec struct {
+	encode func(*core.State) ([]byte, error)
+	decode func([]byte, *core.State) error
+}
+
+// fromSnapshot rebuilds the state of log from a snapshot of its first k
+// events and the rest of it.
+func (c *codec) fromSnapshot(log []core.Event, k int) (string, error) {
+	b, err := c.encode(core.Replay(log[:k]))
+	if err != nil {
+		return "", err
+	}
+	s := core.NewState()
+	if err := c.decode(b, s); err != nil {
+		return "", err
+	}
+	for _, e := range log[k:] {
+		core.Apply(s, e)
+	}
+	return stateJSON(s), nil
 }
 
 func stateJSON(s *core.State) string {
