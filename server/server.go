@@ -83,6 +83,8 @@ type Options struct {
 	// StreamBuffer bounds the bytes of live events an event stream holds
 	// for a client that reads slower than they commit (1 MiB); past it the
 	// client is sent a vigil.cut event to resume from, and the stream ends.
+	// The server also keeps up to four times it of recent events rendered
+	// as SSE, shared by every stream, while a stream is open.
 	StreamBuffer int64
 }
 
@@ -125,6 +127,7 @@ type Server struct {
 
 	hosts   hostSet
 	streams sync.WaitGroup // event streams in progress
+	frames  *frameCache    // recent events rendered for the event streams
 
 	mu    sync.Mutex
 	http  *http.Server
@@ -175,7 +178,7 @@ func New(rt *vigil.Runtime, opts Options) *Server {
 	s := &Server{
 		rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), public: map[string]bool{},
 		token: sha256.Sum256([]byte(opts.Token)), metrics: opts.Metrics, stopping: make(chan struct{}),
-		hosts: allowedHosts(opts.AllowedHosts),
+		hosts: allowedHosts(opts.AllowedHosts), frames: newFrameCache(opts.Logger, 4*opts.StreamBuffer),
 	}
 	s.metrics.attach(rt)
 	spec, err := openAPIJSON()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -25,7 +24,7 @@ func (s *Server) eventsSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer sub.Close()
-	s.stream(w, r, sub, func(e vigil.Event) int64 { return e.Seq })
+	s.stream(w, r, sub, true)
 	return nil
 }
 
@@ -41,7 +40,7 @@ func (s *Server) eventsAll(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer sub.Close()
-	s.stream(w, r, sub, func(e vigil.Event) int64 { return e.Global })
+	s.stream(w, r, sub, false)
 	return nil
 }
 
@@ -84,9 +83,14 @@ type CutEvent struct {
 // Last-Event-ID is right even before the first event). Each batch of events
 // is flushed as it is written, each write bounded by
 // Options.StreamWriteTimeout; an idle stream gets a comment heartbeat.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, id func(vigil.Event) int64) {
+// With bySeq an event's id is its Seq (a session's stream), else its
+// Global. Each event's frame is rendered once, for every client of either
+// stream (frameCache).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, bySeq bool) {
 	s.streams.Add(1)
 	defer s.streams.Done()
+	s.frames.open()
+	defer s.frames.close()
 	sw := newStreamWriter(w, s.opts.StreamWriteTimeout)
 	defer sw.extend()
 	rc := http.NewResponseController(sw)
@@ -99,6 +103,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 	s.metrics.sseClients.Inc()
 	defer s.metrics.sseClients.Dec()
 	last := sub.Start
+	id := func(e vigil.Event) int64 {
+		if bySeq {
+			return e.Seq
+		}
+		return e.Global
+	}
 	var buf bytes.Buffer
 	buf.WriteString(": vigil event stream\nretry: 2000\nid: ")
 	buf.WriteString(strconv.FormatInt(last, 10))
@@ -140,7 +150,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 				return
 			}
 			last = id(rec)
-			s.writeEvent(&buf, rec, last)
+			s.frames.write(&buf, rec, bySeq)
 			n := 1
 			// Write what else is ready in the same flush.
 		more:
@@ -155,7 +165,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 						return
 					}
 					last = id(rec)
-					s.writeEvent(&buf, rec, last)
+					s.frames.write(&buf, rec, bySeq)
 					n++
 				default:
 					break more
@@ -177,52 +187,6 @@ func (s *Server) writeCut(buf *bytes.Buffer, c CutEvent) {
 	buf.WriteString("event: vigil.cut\ndata: ")
 	buf.Write(bytes.TrimSpace(b))
 	buf.WriteString("\n\n")
-}
-
-// writeEvent encodes one record as an SSE event. A record whose data is
-// not JSON is sent with data null and logged: the id still advances, so the
-// client's position stays right.
-func (s *Server) writeEvent(buf *bytes.Buffer, rec vigil.Event, id int64) {
-	data := json.RawMessage(rec.Data)
-	if !json.Valid(data) {
-		s.log.Warn("event stream: stored event data is not JSON; sending null", "session", rec.Session, "seq", rec.Seq, "type", rec.Type)
-		data = json.RawMessage("null")
-	}
-	if bytes.ContainsAny(data, "\r\n") {
-		// Pretty-printed by a store: an SSE data line cannot hold it.
-		var c bytes.Buffer
-		if json.Compact(&c, data) == nil {
-			data = c.Bytes()
-		}
-	}
-	buf.WriteString("id: ")
-	buf.WriteString(strconv.FormatInt(id, 10))
-	buf.WriteString("\nevent: ")
-	buf.WriteString(rec.Type)
-	buf.WriteString("\ndata: ")
-	// The Event encoded by hand, into buf: this runs once per event per
-	// client. JSON holds no raw newline, so it is one data line.
-	b := buf.AvailableBuffer()
-	b = append(b, `{"session":`...)
-	b = appendJSONString(b, string(rec.Session))
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, rec.Seq, 10)
-	b = append(b, `,"global":`...)
-	b = strconv.AppendInt(b, rec.Global, 10)
-	b = append(b, `,"at":"`...)
-	b = rec.At.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","type":`...)
-	b = appendJSONString(b, rec.Type)
-	b = append(b, `,"data":`...)
-	b = append(b, data...)
-	b = append(b, "}\n\n"...)
-	buf.Write(b)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s)
-	return append(b, q...)
 }
 
 // flush writes buf to the client and flushes; false when the client is

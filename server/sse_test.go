@@ -246,28 +246,36 @@ func checkAgainstStore(t *testing.T, got []sseEvent, recs []store.Record, pos fu
 
 // TestWriteEventKeepsOneDataLine: stored data that is pretty-printed is
 // compacted, and data that is not JSON is sent as null, so every event is
-// one data line of valid JSON.
+// one data line of valid JSON; a session's stream has the Seq for id, the
+// stream of every session the Global.
 func TestWriteEventKeepsOneDataLine(t *testing.T) {
 	t.Parallel()
 	s := New(nil, Options{Token: "x"})
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	for _, c := range []struct{ in, want string }{
+	for i, c := range []struct{ in, want string }{
 		{`{"a":1}`, `{"a":1}`},
 		{"{\n  \"a\": [1,\n 2]\n}", `{"a":[1,2]}`},
 		{`not json`, `null`},
 	} {
-		var buf bytes.Buffer
-		s.writeEvent(&buf, vigil.Event{Session: "s\"1", Seq: 7, Global: 9, At: at, Type: "run.started", Data: []byte(c.in)}, 7)
-		lines := strings.Split(strings.TrimSuffix(buf.String(), "\n\n"), "\n")
-		if len(lines) != 3 || lines[0] != "id: 7" || lines[1] != "event: run.started" || !strings.HasPrefix(lines[2], "data: ") {
-			t.Fatalf("event %q", buf.String())
-		}
-		var ev vigil.Event
-		if err := json.Unmarshal([]byte(lines[2][6:]), &ev); err != nil {
-			t.Fatalf("data %q: %v", lines[2], err)
-		}
-		if ev.Session != "s\"1" || ev.Seq != 7 || ev.Global != 9 || !ev.At.Equal(at) || ev.Type != "run.started" || string(ev.Data) != c.want {
-			t.Errorf("decoded %+v, data %s, want %s", ev, ev.Data, c.want)
+		for _, bySeq := range []bool{true, false} {
+			e := vigil.Event{Session: "s\"1", Seq: 7, Global: 9 + int64(i), At: at, Type: "run.started", Data: []byte(c.in)}
+			wantID := "id: " + strconv.FormatInt(e.Global, 10)
+			if bySeq {
+				wantID = "id: 7"
+			}
+			var buf bytes.Buffer
+			s.frames.write(&buf, e, bySeq)
+			lines := strings.Split(strings.TrimSuffix(buf.String(), "\n\n"), "\n")
+			if len(lines) != 3 || lines[0] != wantID || lines[1] != "event: run.started" || !strings.HasPrefix(lines[2], "data: ") {
+				t.Fatalf("event %q", buf.String())
+			}
+			var ev vigil.Event
+			if err := json.Unmarshal([]byte(lines[2][6:]), &ev); err != nil {
+				t.Fatalf("data %q: %v", lines[2], err)
+			}
+			if ev.Session != "s\"1" || ev.Seq != 7 || ev.Global != e.Global || !ev.At.Equal(at) || ev.Type != "run.started" || string(ev.Data) != c.want {
+				t.Errorf("decoded %+v, data %s, want %s", ev, ev.Data, c.want)
+			}
 		}
 	}
 }
