@@ -71,6 +71,20 @@ func (m Message) Clone() Message {
 
 // PlainText joins the text blocks of the message.
 func (m Message) PlainText() string {
+	// One text block, the common answer, is its own text: no copy.
+	var first string
+	texts := 0
+	for _, c := range m.Content {
+		if c.Type == BlockText {
+			if texts == 0 {
+				first = c.Text
+			}
+			texts++
+		}
+	}
+	if texts <= 1 {
+		return first
+	}
 	var b strings.Builder
 	for _, c := range m.Content {
 		if c.Type == BlockText {

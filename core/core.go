@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -164,23 +165,28 @@ func ErrorCodeOf(err error) ErrorCode {
 
 // stepper carries one step.
 type stepper struct {
-	c   *Core
-	cfg Config
+	c *Core
+	// cfg is the core's configuration, read only.
+	cfg *Config
 	s   *State
 	now time.Time
 	out Output
 	// seedStep is a seed bug's state of the step (seed.go).
 	seedStep seedStep
 	// ending are agents whose run is being ended in this step; no new
-	// round starts for them.
-	ending map[AgentID]bool
+	// round starts for them. Runs end inside one another (an owner's run
+	// cancels its children's): a few at a time, so a slice, in endingBuf
+	// until they are more.
+	ending    []AgentID
+	endingBuf [4]AgentID
 	// stopped is set when a budget ended a run (see schedule).
 	stopped bool
 }
 
 // Step applies one input to the state. See the package documentation.
 func (c *Core) Step(s *State, now time.Time, in Input) Output {
-	st := &stepper{c: c, cfg: c.cfg, s: s, now: now, ending: map[AgentID]bool{}}
+	st := &stepper{c: c, cfg: &c.cfg, s: s, now: now}
+	st.ending = st.endingBuf[:0]
 	if _, ok := in.(CreateSession); !ok && s.Session.ID == "" {
 		st.out.Err = errorf(CodeNotFound, "session does not exist")
 		return st.out
@@ -196,13 +202,42 @@ func (c *Core) Step(s *State, now time.Time, in Input) Output {
 	return st.out
 }
 
+// stepEvents is the room a step's first event makes: most steps emit a
+// few events, an answer that starts a round of tool calls a few dozen.
+const stepEvents = 8
+
 func (st *stepper) emit(b Body) {
 	e := Event{Seq: st.s.Seq + 1, At: st.now, Body: b}
 	Apply(st.s, e)
+	if st.out.Events == nil {
+		st.out.Events = make([]Event, 0, stepEvents)
+	}
 	st.out.Events = append(st.out.Events, e)
 }
 
-func (st *stepper) effect(e Effect) { st.out.Effects = append(st.out.Effects, e) }
+// stepEffects is the room a step's first effect makes.
+const stepEffects = 4
+
+func (st *stepper) effect(e Effect) {
+	if st.out.Effects == nil {
+		st.out.Effects = make([]Effect, 0, stepEffects)
+	}
+	st.out.Effects = append(st.out.Effects, e)
+}
+
+// isEnding reports whether a's run is being ended in this step.
+func (st *stepper) isEnding(a AgentID) bool { return slices.Contains(st.ending, a) }
+
+// ended takes a off the runs being ended, where endRunFailed put it on:
+// runs end inside one another, the last one put on first.
+func (st *stepper) ended(a AgentID) {
+	for i := len(st.ending) - 1; i >= 0; i-- {
+		if st.ending[i] == a {
+			st.ending = slices.Delete(st.ending, i, i+1)
+			return
+		}
+	}
+}
 
 func (st *stepper) fail(code ErrorCode, format string, args ...any) {
 	st.out.Err = errorf(code, format, args...)

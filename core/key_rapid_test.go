@@ -27,3 +27,14 @@ func TestNoteKeyTextRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// MarshalText writes the String form, byte for byte.
+func TestNoteKeyMarshalTextIsString(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := NoteKey{Task: TaskID(rapid.String().Draw(t, "task")), Run: rapid.Int().Draw(t, "run")}
+		b, err := k.MarshalText()
+		if err != nil || string(b) != k.String() {
+			t.Fatalf("MarshalText(%+v) = %q, %v; String is %q", k, b, err, k.String())
+		}
+	})
+}

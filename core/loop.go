@@ -264,7 +264,7 @@ func (st *stepper) interruptRound(a *Agent) {
 // round has its result.
 func (st *stepper) maybeNextRound(a *Agent) {
 	r := a.Run
-	if r == nil || r.Call != nil || st.ending[a.ID] {
+	if r == nil || r.Call != nil || st.isEnding(a.ID) {
 		return
 	}
 	for _, tc := range r.Tools {
@@ -337,12 +337,16 @@ func (st *stepper) modelResponded(in ModelResponded) {
 	st.seen(a)
 	cost, priced := st.roundCost(a, resp.Usage)
 	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "completed", StopReason: resp.StopReason, Usage: resp.Usage, Cost: cost, Unpriced: !priced})
+	// The answer's blocks, without empty texts.
+	empty := func(b chat.Block) bool { return b.Type == chat.BlockText && b.Text == "" }
 	var content []chat.Block
-	for _, b := range resp.Content {
-		if b.Type == chat.BlockText && b.Text == "" {
-			continue
+	if n := len(resp.Content) - countFunc(resp.Content, empty); n > 0 {
+		content = make([]chat.Block, 0, n)
+		for _, b := range resp.Content {
+			if !empty(b) {
+				content = append(content, b)
+			}
 		}
-		content = append(content, b)
 	}
 	msg := chat.Message{Role: chat.RoleAssistant, Content: content}
 	if len(content) > 0 {
@@ -371,6 +375,17 @@ func (st *stepper) modelResponded(in ModelResponded) {
 	st.maybeNextRound(a)
 }
 
+// countFunc counts the elements of s for which f is true.
+func countFunc[E any](s []E, f func(E) bool) int {
+	n := 0
+	for _, e := range s {
+		if f(e) {
+			n++
+		}
+	}
+	return n
+}
+
 func (st *stepper) modelFailed(in ModelFailed) {
 	a, ok := st.agentRun(in.Agent, in.Call)
 	if !ok {
@@ -379,7 +394,7 @@ func (st *stepper) modelFailed(in ModelFailed) {
 	}
 	call := a.Run.Call
 	st.emit(&ModelCallEnded{Agent: a.ID, Call: in.Call, Outcome: "failed", Error: in.Error})
-	if in.Kind == FailContext && call.Purpose == "" && !st.ending[a.ID] {
+	if in.Kind == FailContext && call.Purpose == "" && !st.isEnding(a.ID) {
 		// The prompt is over the model's window: compact, then retry the
 		// round, rather than fail the run; a spent budget stops it first.
 		if why := st.overBudget(a); why != "" {
@@ -431,7 +446,7 @@ func (st *stepper) toolDone(in ToolDone) {
 // make that safe); processes it still runs are not among them.
 func InFlight(s *State) []Effect {
 	var out []Effect
-	st := &stepper{s: s}
+	st := &stepper{s: s, cfg: &Config{}}
 	for _, id := range s.Order {
 		if a := s.Agents[id]; a.Run != nil {
 			out = append(out, st.driver(a).inFlight(st, a)...)

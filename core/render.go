@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/vigilrun/vigil/chat"
@@ -38,7 +39,8 @@ func RenderItem(s *State, it *Item) string {
 		if it.From == "user" {
 			frame = "" // the user wrote it
 		}
-		return fmt.Sprintf("<agent-message id=%q from=%q priority=%q>\n%s%s\n</agent-message>", it.Msg, from, it.Priority, frame, it.Text)
+		return "<agent-message id=" + strconv.Quote(string(it.Msg)) + " from=" + strconv.Quote(from) +
+			" priority=" + strconv.Quote(string(it.Priority)) + ">\n" + frame + it.Text + "\n</agent-message>"
 	case KindNotification:
 		if it.Note != nil {
 			if n := s.Note(*it.Note); n != nil {
@@ -47,83 +49,164 @@ func RenderItem(s *State, it *Item) string {
 		}
 		return "<task-notification/>"
 	case KindTimer:
-		return fmt.Sprintf("<scheduled-wakeup id=%q>\n%s%s\n</scheduled-wakeup>", it.Timer, NotUserInput, it.Text)
+		return "<scheduled-wakeup id=" + strconv.Quote(string(it.Timer)) + ">\n" + NotUserInput + it.Text + "\n</scheduled-wakeup>"
 	case KindContinuation:
-		return fmt.Sprintf("<continuation from=%q>\n%s%s\n</continuation>", it.From, NotUserInput, it.Text)
+		return "<continuation from=" + strconv.Quote(it.From) + ">\n" + NotUserInput + it.Text + "\n</continuation>"
 	default:
 		return it.Text
 	}
 }
 
-// renderNote renders a notification as the model sees it.
+// renderNote renders a notification as the model sees it. It is built
+// piece by piece, without fmt: every notification a model reads is
+// rendered, on the path of each one (render_test.go holds it to the
+// fmt-built text).
 func renderNote(n *Note) string {
-	var b strings.Builder
+	var b noteBuilder
+	b.Grow(len(NotUserInput) + len(n.Reply) + len(n.Error) + len(n.Output) + len(n.OutputPath) + 512)
 	b.WriteString("<task-notification>\n")
 	b.WriteString(NotUserInput)
-	fmt.Fprintf(&b, "<task-id>%s</task-id>\n", n.Key.Task)
+	b.tag("task-id", string(n.Key.Task))
 	if n.Kind == TaskAgent {
-		fmt.Fprintf(&b, "<agent>%s (%s)</agent>\n<run>%d</run>\n", n.AgentName, n.Agent, n.Key.Run)
+		b.WriteString("<agent>")
+		b.WriteString(n.AgentName)
+		b.WriteString(" (")
+		b.WriteString(string(n.Agent))
+		b.WriteString(")</agent>\n")
+		b.num("run", int64(n.Key.Run))
+		b.WriteByte('\n')
 	} else {
 		b.WriteString("<kind>shell</kind>\n")
 	}
-	fmt.Fprintf(&b, "<key>%s</key>\n<status>%s</status>\n", n.Key, n.Status)
+	b.tag("key", n.Key.String())
+	b.tag("status", n.Status)
 	if len(n.Answered) > 0 {
-		ids := make([]string, len(n.Answered))
+		b.WriteString("<answered-messages>")
 		for i, m := range n.Answered {
-			ids[i] = string(m)
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(string(m))
 		}
-		fmt.Fprintf(&b, "<answered-messages>%s</answered-messages>\n", strings.Join(ids, " "))
+		b.WriteString("</answered-messages>\n")
 	}
 	if len(n.LiveTasks) > 0 {
-		ids := make([]string, len(n.LiveTasks))
+		b.WriteString("<live-tasks>")
 		for i, t := range n.LiveTasks {
-			ids[i] = string(t)
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(string(t))
 		}
-		fmt.Fprintf(&b, "<live-tasks>%s</live-tasks>\n<note>This agent still has live tasks of its own; when they finish it wakes and notifies again.</note>\n", strings.Join(ids, " "))
+		b.WriteString("</live-tasks>\n<note>This agent still has live tasks of its own; when they finish it wakes and notifies again.</note>\n")
 	}
 	if n.ExitCode != nil {
-		fmt.Fprintf(&b, "<exit-code>%d</exit-code>\n", *n.ExitCode)
+		b.num("exit-code", int64(*n.ExitCode))
+		b.WriteByte('\n')
 	}
 	switch {
 	case filepath.IsAbs(n.OutputPath):
-		fmt.Fprintf(&b, "<output-file>%s</output-file>\n", n.OutputPath)
+		b.tag("output-file", n.OutputPath)
 	case n.OutputPath != "":
 		// Kept in vigil's data directory, which file tools cannot open.
-		fmt.Fprintf(&b, "<full-output>TaskOutput {\"task_id\": %q}</full-output>\n", n.Key.Task)
+		b.WriteString("<full-output>TaskOutput {\"task_id\": ")
+		b.WriteString(strconv.Quote(string(n.Key.Task)))
+		b.WriteString("}</full-output>\n")
 	}
 	if n.Error != "" {
-		fmt.Fprintf(&b, "<error>%s</error>\n", n.Error)
+		b.tag("error", n.Error)
 	}
 	if n.Kind == TaskAgent {
-		fmt.Fprintf(&b, "<result>%s</result>\n", n.Reply)
+		b.tag("result", n.Reply)
 	} else if n.Output != "" {
-		fmt.Fprintf(&b, "<output-tail>%s</output-tail>\n", n.Output)
+		b.tag("output-tail", n.Output)
 	}
-	fmt.Fprintf(&b, "<usage><tokens>%d</tokens>", n.Usage.Total())
+	b.WriteString("<usage>")
+	b.num("tokens", n.Usage.Total())
 	if u := n.Usage; u != (chat.Usage{}) {
-		fmt.Fprintf(&b, "<input_tokens>%d</input_tokens><output_tokens>%d</output_tokens>", u.InputTokens, u.OutputTokens)
+		b.num("input_tokens", u.InputTokens)
+		b.num("output_tokens", u.OutputTokens)
 		if u.CacheReadTokens > 0 || u.CacheWriteTokens > 0 {
-			fmt.Fprintf(&b, "<cache_read_tokens>%d</cache_read_tokens><cache_write_tokens>%d</cache_write_tokens>", u.CacheReadTokens, u.CacheWriteTokens)
+			b.num("cache_read_tokens", u.CacheReadTokens)
+			b.num("cache_write_tokens", u.CacheWriteTokens)
 		}
 		if n.Priced {
-			fmt.Fprintf(&b, "<cost_usd>%.4f</cost_usd>", float64(n.Cost)/1e6)
+			b.WriteString("<cost_usd>")
+			b.WriteString(strconv.FormatFloat(float64(n.Cost)/1e6, 'f', 4, 64))
+			b.WriteString("</cost_usd>")
 		}
 	}
-	fmt.Fprintf(&b, "<duration_ms>%d</duration_ms></usage>\n", n.Duration.Milliseconds())
-	b.WriteString("</task-notification>")
+	b.num("duration_ms", n.Duration.Milliseconds())
+	b.WriteString("</usage>\n</task-notification>")
 	return b.String()
+}
+
+// noteBuilder writes the elements of a notification.
+type noteBuilder struct{ strings.Builder }
+
+// tag writes <name>text</name> and a line end.
+func (b *noteBuilder) tag(name, text string) {
+	b.WriteByte('<')
+	b.WriteString(name)
+	b.WriteByte('>')
+	b.WriteString(text)
+	b.WriteString("</")
+	b.WriteString(name)
+	b.WriteString(">\n")
+}
+
+// num writes <name>n</name>, with no line end.
+func (b *noteBuilder) num(name string, n int64) {
+	var buf [20]byte
+	b.WriteByte('<')
+	b.WriteString(name)
+	b.WriteByte('>')
+	b.Write(strconv.AppendInt(buf[:0], n, 10))
+	b.WriteString("</")
+	b.WriteString(name)
+	b.WriteByte('>')
 }
 
 // RenderNote renders a notification as the model sees it.
 func RenderNote(n *Note) string { return renderNote(n) }
 
+// outcomeText is the JSON of a SendMessage result. Its fields are in the
+// order of their names, as encoding/json writes a map's keys (the result
+// was a map first); a nil pointer is a key the result does not have.
+type outcomeText struct {
+	Agent            *string      `json:"agent,omitempty"`
+	AgentID          *AgentID     `json:"agent_id,omitempty"`
+	AnsweringRun     *int         `json:"answering_run,omitempty"`
+	Detail           string       `json:"detail"`
+	IfRoundContinues *outcomeRun  `json:"if_round_continues,omitempty"`
+	IfRoundWasLast   *outcomeNext `json:"if_round_was_last,omitempty"`
+	MessageID        MsgID        `json:"message_id"`
+	Notification     *string      `json:"notification,omitempty"`
+	Notifications    []string     `json:"notifications,omitempty"`
+	Outcome          MsgOutcome   `json:"outcome"`
+	Reason           *string      `json:"reason,omitempty"`
+	Run              *int         `json:"run,omitempty"`
+	StoppingRun      *int         `json:"stopping_run,omitempty"`
+}
+
+// outcomeRun is a pending result's outcome if the round continues.
+type outcomeRun struct {
+	Outcome MsgOutcome `json:"outcome"`
+	Run     int        `json:"run"`
+}
+
+// outcomeNext is a pending result's outcome if the round was the last.
+type outcomeNext struct {
+	AnsweringRun int        `json:"answering_run"`
+	Outcome      MsgOutcome `json:"outcome"`
+}
+
 // renderOutcome is the SendMessage result a sender reads.
 func (st *stepper) renderOutcome(m *Msg) string {
-	res := map[string]any{"outcome": m.Outcome, "message_id": m.ID}
+	res := outcomeText{Outcome: m.Outcome, MessageID: m.ID}
 	target := st.s.Agents[m.To]
 	if target != nil {
-		res["agent"] = target.Name
-		res["agent_id"] = target.ID
+		res.Agent, res.AgentID = &target.Name, &target.ID
 	}
 	// The notifications of the target's runs go to its owner: promised
 	// only to a sender that owns it (or to the user, who sees them all).
@@ -133,64 +216,63 @@ func (st *stepper) renderOutcome(m *Msg) string {
 		}
 		return NoteKey{Task: target.Task, Run: run}.String()
 	}
-	var detail string
+	run, next := m.Run, m.Run+1
 	switch m.Outcome {
 	case OutcomeRejected:
-		detail = "Not delivered: " + m.Reason
-		res["reason"] = m.Reason
+		res.Detail = "Not delivered: " + m.Reason
+		res.Reason = &m.Reason
 	case OutcomeJoined:
-		res["run"] = m.Run
-		detail = fmt.Sprintf("%s is in run %d, which will see the message at its next model round.", target.Name, m.Run)
+		res.Run = &run
+		res.Detail = fmt.Sprintf("%s is in run %d, which will see the message at its next model round.", target.Name, m.Run)
 		if k := note(m.Run); k != "" {
-			res["notification"] = k
-			detail += " Its reply comes in notification " + k + "."
+			res.Notification = &k
+			res.Detail += " Its reply comes in notification " + k + "."
 		}
 	case OutcomeQueuedBehindStop:
-		res["stopping_run"] = m.Run
-		res["answering_run"] = m.Run + 1
+		res.StoppingRun, res.AnsweringRun = &run, &next
 		why := m.Reason
 		if why == "" {
 			why = fmt.Sprintf("run %d was ending", m.Run)
 		}
-		detail = fmt.Sprintf("Queued behind the end of %s's run %d (%s); run %d will answer it.", target.Name, m.Run, why, m.Run+1)
+		res.Detail = fmt.Sprintf("Queued behind the end of %s's run %d (%s); run %d will answer it.", target.Name, m.Run, why, m.Run+1)
 		if k := note(m.Run); k != "" {
-			res["notifications"] = []string{k, note(m.Run + 1)}
-			detail += fmt.Sprintf(" You get two notifications: %s for the stopping run, then %s with the answer.", k, note(m.Run+1))
+			res.Notifications = []string{k, note(m.Run + 1)}
+			res.Detail += fmt.Sprintf(" You get two notifications: %s for the stopping run, then %s with the answer.", k, note(m.Run+1))
 		}
 	case OutcomePending:
 		// The target's round is in flight; its answer settles the
 		// outcome (DESIGN rule 11): either way the promise below holds.
-		res["run"] = m.Run
-		res["if_round_continues"] = map[string]any{"outcome": OutcomeJoined, "run": m.Run}
-		res["if_round_was_last"] = map[string]any{"outcome": OutcomeQueuedBehindStop, "answering_run": m.Run + 1}
+		res.Run = &run
+		res.IfRoundContinues = &outcomeRun{Outcome: OutcomeJoined, Run: m.Run}
+		res.IfRoundWasLast = &outcomeNext{Outcome: OutcomeQueuedBehindStop, AnsweringRun: m.Run + 1}
 		round := 0
 		if target.Run != nil && target.Run.Seq == m.Run {
 			round = target.Run.Round
 		}
-		detail = fmt.Sprintf("Pending: %s's model round %d of run %d is in flight. If the run goes on, your message joins run %d; if that round was its last, run %d answers.", target.Name, round, m.Run, m.Run, m.Run+1)
+		detail := fmt.Sprintf("Pending: %s's model round %d of run %d is in flight. If the run goes on, your message joins run %d; if that round was its last, run %d answers.", target.Name, round, m.Run, m.Run, m.Run+1)
 		if k := note(m.Run); k != "" {
-			res["notifications"] = []string{k, note(m.Run + 1)}
+			res.Notifications = []string{k, note(m.Run + 1)}
 			detail += fmt.Sprintf(" Either way the notification that answers (%s or %s) lists %s in its answered messages; you need not wait or ask.", k, note(m.Run+1), m.ID)
 		} else if target.Task == "" {
 			detail += fmt.Sprintf(" %s's runs send no notification; its answer comes only if it writes to you.", target.Name)
 		} else {
 			detail += fmt.Sprintf(" %s's runs notify its owner, not you; its answer comes only if it writes to you.", target.Name)
 		}
+		res.Detail = detail
 	case OutcomeResumed:
-		res["run"] = m.Run
-		detail = fmt.Sprintf("%s was idle; run %d started with the message.", target.Name, m.Run)
+		res.Run = &run
+		res.Detail = target.Name + " was idle; run " + strconv.Itoa(m.Run) + " started with the message."
 		if k := note(m.Run); k != "" {
-			res["notification"] = k
-			detail += " Its reply comes in notification " + k + "."
+			res.Notification = &k
+			res.Detail += " Its reply comes in notification " + k + "."
 		}
 	}
-	res["detail"] = detail
 	return jsonText(res)
 }
 
 // RenderOutcome is the text a sender reads for a message's outcome.
 func RenderOutcome(s *State, m *Msg) string {
-	st := &stepper{s: s}
+	st := &stepper{s: s, cfg: &Config{}}
 	return st.renderOutcome(m)
 }
 

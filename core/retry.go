@@ -253,8 +253,11 @@ func markUnseen(r *Run, transcriptLen, block int) {
 // was accepted.
 func (st *stepper) seen(a *Agent) {
 	if r := a.Run; r != nil && len(r.Unseen)+len(a.Carried) > 0 {
-		var ids []ItemID
-		for _, it := range append(slices.Clone(a.Carried), r.Unseen...) {
+		ids := make([]ItemID, 0, len(a.Carried)+len(r.Unseen))
+		for _, it := range a.Carried {
+			ids = append(ids, it.ID)
+		}
+		for _, it := range r.Unseen {
 			ids = append(ids, it.ID)
 		}
 		st.emit(&ItemsSeen{Agent: a.ID, Seq: r.Seq, Items: ids})

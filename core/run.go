@@ -30,7 +30,7 @@ func (st *stepper) enqueue(a *Agent, it Item) {
 	}
 	st.emit(&ItemEnqueued{Item: it})
 	st.seedEnqueued(a)
-	if it.Priority == PriorityNow && a.Run != nil && !st.held(&it) && !st.ending[a.ID] {
+	if it.Priority == PriorityNow && a.Run != nil && !st.held(&it) && !st.isEnding(a.ID) {
 		st.driver(a).interrupt(st, a)
 	}
 }
@@ -155,11 +155,11 @@ func (st *stepper) endRun(a *Agent, status RunStatus, reply, errText string) {
 // run's agent retries them or is blocked by kind.
 func (st *stepper) endRunFailed(a *Agent, status RunStatus, reply, errText string, kind FailureKind) {
 	r := a.Run
-	if r == nil || st.ending[a.ID] {
+	if r == nil || st.isEnding(a.ID) {
 		return
 	}
-	st.ending[a.ID] = true
-	defer delete(st.ending, a.ID)
+	st.ending = append(st.ending, a.ID)
+	defer st.ended(a.ID)
 	why := errText
 	if why == "" {
 		why = string(status)

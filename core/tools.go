@@ -358,7 +358,7 @@ func (st *stepper) resolveTaskWaiters(t TaskID) {
 	task := st.s.Tasks[t]
 	for _, id := range st.s.Order {
 		a := st.s.Agents[id]
-		if a.Run == nil || st.ending[a.ID] {
+		if a.Run == nil || st.isEnding(a.ID) {
 			continue
 		}
 		for _, tc := range a.Run.Tools {

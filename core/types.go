@@ -463,7 +463,15 @@ func (k NoteKey) String() string {
 }
 
 // MarshalText encodes the key as its String form.
-func (k NoteKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k NoteKey) MarshalText() ([]byte, error) {
+	// Built in place: every event that names a notification encodes one.
+	b := make([]byte, 0, len(k.Task)+1+20)
+	b = append(b, k.Task...)
+	if k.Run == 0 {
+		return append(b, "#exit"...), nil
+	}
+	return strconv.AppendInt(append(b, '#'), int64(k.Run), 10), nil
+}
 
 // UnmarshalText decodes a key written by MarshalText.
 func (k *NoteKey) UnmarshalText(b []byte) error {

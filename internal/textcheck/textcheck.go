@@ -11,7 +11,9 @@
 //
 // Both walk a value by reflection: strings, byte slices that hold JSON
 // (json.RawMessage), and every exported field, element, map key and value
-// below them. Unexported fields are not looked at.
+// below them. Unexported fields are not looked at. Clean text, the common
+// case, costs one walk that allocates nothing (but one key and one value
+// per map); field paths are only built for a value that has a problem.
 package textcheck
 
 import (
@@ -57,10 +59,80 @@ func Check(v any) error {
 	if v == nil {
 		return nil
 	}
-	if p := check(reflect.ValueOf(v), ""); p != nil {
+	rv := reflect.ValueOf(v)
+	if !bad(rv) {
+		return nil
+	}
+	// Walk again, naming the fields on the way, to find the first problem.
+	if p := check(rv, ""); p != nil {
 		return p
 	}
 	return nil
+}
+
+// bad reports whether any text in v holds a NUL byte or invalid UTF-8: it
+// walks v as check does, in the same order and over the same fields, but
+// builds no path, and allocates nothing but a key and a value per map.
+func bad(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		return badString(v.String())
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && bad(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			// The field is exported when it can be read as an interface:
+			// v itself never comes from an unexported field, so the
+			// read-only flag that Field sets is the field's own.
+			if f := v.Field(i); f.CanInterface() && bad(f) {
+				return true
+			}
+		}
+	case reflect.Slice:
+		t := v.Type()
+		if t == rawMessageType {
+			b := v.Bytes()
+			return badBytes(b) || nulEscape(b) >= 0
+		}
+		if t.Elem().Kind() == reflect.Uint8 {
+			return false // raw bytes are not text
+		}
+		fallthrough
+	case reflect.Array:
+		for i := range v.Len() {
+			if bad(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		if v.Len() == 0 {
+			return false
+		}
+		// One key and one value to copy each entry into: Key and Value
+		// would allocate a copy per entry.
+		t := v.Type()
+		k, e := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
+		var it reflect.MapIter
+		it.Reset(v)
+		for it.Next() {
+			k.SetIterKey(&it)
+			e.SetIterValue(&it)
+			if bad(k) || bad(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// badString reports whether s holds a NUL byte or invalid UTF-8.
+func badString(s string) bool {
+	return strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)
+}
+
+// badBytes is badString for bytes.
+func badBytes(b []byte) bool {
+	return bytes.IndexByte(b, 0) >= 0 || !utf8.Valid(b)
 }
 
 // String returns the problem with one string, or nil.
@@ -152,14 +224,16 @@ func checkJSON(path string, b []byte) *Problem {
 // nulEscape returns the offset of the first \u0000 escape in JSON text, or
 // -1. A backslash that is itself escaped does not start one.
 func nulEscape(b []byte) int {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
+	for i := 0; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			return -1
 		}
+		i += j
 		if i+1 < len(b) && b[i+1] == 'u' && bytes.HasPrefix(b[i+2:], []byte("0000")) {
 			return i
 		}
-		i++ // skip the escaped character, a backslash included
+		i += 2 // the backslash and the escaped character, a backslash included
 	}
 	return -1
 }
@@ -183,18 +257,24 @@ func firstInvalid(s string) int {
 // was, v itself is returned; otherwise a copy (v is not modified). JSON text
 // with a \u0000 escape is decoded, cleaned and encoded again.
 func Clean[T any](v T) (T, bool) {
-	if Check(v) == nil {
+	if !bad(reflect.ValueOf(any(v))) {
 		return v, false
 	}
+	return cleaned(v), true
+}
+
+// cleaned is Clean's copy. It is a function of its own so that v moves to
+// the heap only when something is replaced.
+func cleaned[T any](v T) T {
 	rv := reflect.ValueOf(&v).Elem()
 	c := reflect.New(rv.Type()).Elem()
 	c.Set(clean(rv))
-	return c.Interface().(T), true
+	return c.Interface().(T)
 }
 
 // clean returns a cleaned copy of v (v itself where it is clean).
 func clean(v reflect.Value) reflect.Value {
-	if check(v, "") == nil {
+	if !bad(v) {
 		return v
 	}
 	switch v.Kind() {

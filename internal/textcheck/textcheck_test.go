@@ -3,6 +3,9 @@ package textcheck
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -103,4 +106,102 @@ func FuzzCleanIsClean(f *testing.F) {
 			t.Fatalf("Clean changed clean text %q", s)
 		}
 	})
+}
+
+// Inner is an exported type to embed.
+type Inner struct{ Cmd string }
+
+// embeds embeds an unexported and an exported struct: only the exported
+// one is looked at.
+type embeds struct {
+	inner
+	Inner
+}
+
+// The fast walk (bad) and the walk that names fields (check) agree on
+// every value: Check's fast path keeps its answers.
+func FuzzFastWalkAgrees(f *testing.F) {
+	f.Add("a\x00b", []byte(`{"x":"\u0000"}`), "k")
+	f.Add("\xff\xfe", []byte(`not json \x00`), "\xc3")
+	f.Add("ok", []byte(`"\\u0000"`), "")
+	f.Add("ok", []byte(`\\\u0000`), "v")
+	f.Fuzz(func(t *testing.T, s string, raw []byte, k string) {
+		for _, v := range []any{
+			sample{Text: s, Input: raw, Dirs: []string{"ok", s}, Meta: map[string]string{k: s}},
+			sample{In: &inner{Cmd: s}, Any: []any{k, inner{Cmd: s}}},
+			sample{Meta: map[string]string{k: "v"}, Blob: raw, priv: s},
+			embeds{inner: inner{Cmd: s}, Inner: Inner{Cmd: k}},
+			map[string][]string{k: {s}},
+			json.RawMessage(raw),
+			[2]string{k, s},
+		} {
+			rv := reflect.ValueOf(v)
+			if got, want := bad(rv), check(rv, "") != nil; got != want {
+				t.Fatalf("bad(%#v) = %v, check says %v", v, got, want)
+			}
+		}
+	})
+}
+
+func TestNulEscape(t *testing.T) {
+	for in, want := range map[string]int{
+		``: -1, `\u0000`: 0, `x\u0000`: 1, `\\u0000`: -1, `\\\u0000`: 2, `\u000`: -1,
+		`\`: -1, `ab\`: -1, `\n\u0000`: 2, `"a\"\u0000"`: 4, `\u00000`: 0,
+	} {
+		if got := nulEscape([]byte(in)); got != want {
+			t.Errorf("nulEscape(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// benchOutcome is shaped like the outcomes the runtime cleans on every
+// effect: a model's answer with text and tool calls.
+type benchBlock struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text,omitempty"`
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+type benchOutcome struct {
+	Agent   string `json:"agent"`
+	Call    string `json:"call"`
+	Content []benchBlock
+	Usage   struct{ In, Out int64 }
+	Meta    map[string]string
+}
+
+func benchValue() any {
+	v := benchOutcome{Agent: "a3", Call: "c17", Meta: map[string]string{"model": "m"}}
+	v.Content = append(v.Content, benchBlock{Type: "text", Text: strings.Repeat("héllo wörld, ", 40)})
+	for i := range 10 {
+		v.Content = append(v.Content, benchBlock{Type: "tool_use", ID: "m" + strconv.Itoa(i), Name: "SendMessage",
+			Input: json.RawMessage(`{"to":"w` + strconv.Itoa(i) + `","message":"again, with \"quotes\" and \\ backslashes"}`)})
+	}
+	return v
+}
+
+// BenchmarkCheck is Check on clean text, the runtime's common case: it
+// must not allocate.
+func BenchmarkCheck(b *testing.B) {
+	v := benchValue()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Check(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClean is Clean on a clean outcome, as actor.submitEffect calls
+// it for every effect outcome.
+func BenchmarkClean(b *testing.B) {
+	v := benchValue()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, changed := Clean(v); changed {
+			b.Fatal("changed")
+		}
+	}
 }

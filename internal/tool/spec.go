@@ -276,14 +276,30 @@ var defs = []def{
 	},
 }
 
-// specs holds the rendered specifications, by name, built once.
-var specs = func() map[string]chat.ToolSpec {
-	m := make(map[string]chat.ToolSpec, len(defs))
-	for _, d := range defs {
-		m[d.name] = chat.ToolSpec{Name: d.name, Description: d.desc, InputSchema: d.schema()}
+// rendered holds every tool's specification, rendered once: the schemas
+// are JSON text built with encoding/json, which no call needs again.
+type rendered struct {
+	// all are the specifications in the order of defs.
+	all []chat.ToolSpec
+	// byName indexes all.
+	byName map[string]int
+}
+
+// specs are the rendered specifications. It is set once, when the package
+// is initialised, and only read after.
+var specs = render(defs)
+
+func render(defs []def) rendered {
+	r := rendered{all: make([]chat.ToolSpec, len(defs)), byName: make(map[string]int, len(defs))}
+	for i, d := range defs {
+		schema := d.schema()
+		// Shared by every Specs result: capped, so that appending to
+		// one copies it rather than writing after it.
+		r.all[i] = chat.ToolSpec{Name: d.name, Description: d.desc, InputSchema: schema[:len(schema):len(schema)]}
+		r.byName[d.name] = i
 	}
-	return m
-}()
+	return r
+}
 
 func lookup(name string) (*def, bool) {
 	for i := range defs {
@@ -297,27 +313,31 @@ func lookup(name string) (*def, bool) {
 // Specs returns the specifications of the named tools, in the order given,
 // or of every tool when no name is given. Names that are not tools are left
 // out; use Spec to check a name.
+//
+// The slice is the caller's, but the InputSchema bytes are shared by every
+// call (the runtime asks for them at every model call): read them, never
+// change them in place. Spec returns a copy that may be changed.
 func Specs(names ...string) []chat.ToolSpec {
 	if len(names) == 0 {
-		for _, d := range defs {
-			names = append(names, d.name)
-		}
+		return slices.Clone(specs.all)
 	}
 	out := make([]chat.ToolSpec, 0, len(names))
 	for _, n := range names {
-		if s, ok := Spec(n); ok {
-			out = append(out, s)
+		if i, ok := specs.byName[n]; ok {
+			out = append(out, specs.all[i])
 		}
 	}
 	return out
 }
 
-// Spec returns the specification of the named tool.
+// Spec returns the specification of the named tool. Its InputSchema is a
+// copy: changing it changes no other result.
 func Spec(name string) (chat.ToolSpec, bool) {
-	s, ok := specs[name]
+	i, ok := specs.byName[name]
 	if !ok {
 		return chat.ToolSpec{}, false
 	}
+	s := specs.all[i]
 	s.InputSchema = bytes.Clone(s.InputSchema)
 	return s, true
 }

@@ -230,3 +230,39 @@ func TestReadOnlyAndEdits(t *testing.T) {
 		t.Error("unknown tool reported read-only or editing")
 	}
 }
+
+// Specs gives the same specifications as Spec, in the order of defs, and
+// a slice of the caller's own.
+func TestSpecsMatchSpec(t *testing.T) {
+	all := Specs()
+	for i, d := range defs {
+		s, ok := Spec(d.name)
+		if !ok || all[i].Name != d.name || all[i].Description != s.Description || string(all[i].InputSchema) != string(s.InputSchema) {
+			t.Fatalf("Specs()[%d] = %+v, Spec(%s) = %+v", i, all[i], d.name, s)
+		}
+		if string(s.InputSchema) != string(d.schema()) {
+			t.Fatalf("%s: rendered schema differs from its def", d.name)
+		}
+		if cap(all[i].InputSchema) != len(all[i].InputSchema) {
+			t.Fatalf("%s: shared schema has room to append into", d.name)
+		}
+	}
+	all[0] = all[1]
+	if again := Specs(); again[0].Name != defs[0].name || again[1].Name != defs[1].name {
+		t.Fatal("changing a Specs result changed the next one")
+	}
+	if got := Specs("Grep", "Read"); len(got) != 2 || got[0].Name != "Grep" || got[1].Description != defs[slices.IndexFunc(defs, func(d def) bool { return d.name == "Read" })].desc {
+		t.Fatalf("Specs(Grep, Read) = %v", got)
+	}
+}
+
+// BenchmarkSpecs is what the runtime pays for the tools of every model
+// call: one slice, no rendering, no copy of the schemas.
+func BenchmarkSpecs(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(Specs()) != len(defs) {
+			b.Fatal("wrong count")
+		}
+	}
+}
