@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/vigilrun/vigil/internal/steps"
 	"github.com/vigilrun/vigil/store"
 )
 
@@ -87,9 +87,13 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 	var res *store.LeaseRenewResult
 	err := s.tx(ctx, fmt.Sprintf("renew %d leases of %s", len(p.Leases), p.Owner), func(tx pgx.Tx) error {
 		res = &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
-		rows, err := tx.Query(ctx, `UPDATE leases SET expires = $1
-			FROM unnest($3::text[], $4::bigint[]) AS r (session, epoch)
-			WHERE leases.session = r.session AND leases.epoch = r.epoch AND leases.owner = $2
+		// The rows are locked in session order, as the writer locks a
+		// group's leases, so that a renewal and a group cannot deadlock.
+		rows, err := tx.Query(ctx, `WITH held AS (
+				SELECT l.session FROM leases l JOIN unnest($3::text[], $4::bigint[]) AS r (session, epoch)
+					ON l.session = r.session AND l.epoch = r.epoch
+				WHERE l.owner = $2 ORDER BY l.session FOR UPDATE OF l)
+			UPDATE leases SET expires = $1 FROM held WHERE leases.session = held.session
 			RETURNING leases.session`, expires, p.Owner, sessions, epochs)
 		if err != nil {
 			return err
@@ -144,166 +148,38 @@ func fence(ctx context.Context, tx pgx.Tx, session string, epoch int64) error {
 	return nil
 }
 
-// EventAppend implements store.Store.
+// EventAppend implements store.Store: the append is queued to the writer,
+// which commits it with the others queued meanwhile (see the package doc).
 func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
-	var e enc
-	n := len(p.Records)
-	seqs, ats, types, datas := make([]int64, n), make([]*int64, n), make([]string, n), make([][]byte, n)
-	for i, r := range p.Records {
-		seqs[i], ats[i], types[i], datas[i] = r.Seq, e.time(r.At), r.Type, r.Data
-		if datas[i] == nil {
-			datas[i] = []byte{}
-		}
-	}
-	if e.err != nil {
-		return nil, fmt.Errorf("append %s: %w", p.Session, e.err)
-	}
-	var res *store.AppendResult
-	err := s.tx(ctx, "append "+p.Session, func(tx pgx.Tx) error {
-		res = &store.AppendResult{}
-		if err := fence(ctx, tx, p.Session, p.Epoch); err != nil {
-			return err
-		}
-		var last int64
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = $1`, p.Session).Scan(&last); err != nil {
-			return err
-		}
-		for i, r := range p.Records {
-			if r.Seq != last+int64(i)+1 {
-				return fmt.Errorf("seq %d after %d: %w", r.Seq, last+int64(i), store.ErrConflict)
-			}
-		}
-		b := &pgx.Batch{}
-		var notes []store.NoteRow
-		if p.Projection != nil {
-			notes = project(b, p.Session, p.Projection, &e)
-			if e.err != nil {
-				return e.err
-			}
-		}
-		if n > 0 {
-			// Last: the counter row stays locked until commit.
-			b.Queue(`WITH c AS (UPDATE event_counter SET last = last + $2 RETURNING last)
-				INSERT INTO events (global, session, seq, at, type, data)
-				SELECT c.last - $2 + r.ord, $1, r.seq, r.at, r.type, r.data
-				FROM c, unnest($3::bigint[], $4::bigint[], $5::text[], $6::bytea[]) WITH ORDINALITY AS r (seq, at, type, data, ord)
-				RETURNING (SELECT last FROM c)`,
-				p.Session, int64(n), seqs, ats, types, datas)
-		}
-		if b.Len() == 0 {
-			return nil
-		}
-		br := tx.SendBatch(ctx, b)
-		for i := range b.Len() {
-			if n > 0 && i == b.Len()-1 {
-				// The events insert: its Globals run from the counter's
-				// last value back.
-				var top int64
-				if err := br.QueryRow().Scan(&top); err != nil {
-					_ = br.Close()
-					var pe *pgconn.PgError
-					if errors.As(err, &pe) && pe.Code == "23505" {
-						return fmt.Errorf("%s: %w", pe.Message, store.ErrConflict)
-					}
-					return err
-				}
-				for k := range n {
-					res.Globals = append(res.Globals, top-int64(n)+int64(k)+1)
-				}
-				break
-			}
-			tag, err := br.Exec()
-			if err != nil {
-				_ = br.Close()
-				var pe *pgconn.PgError
-				if errors.As(err, &pe) && pe.Code == "23505" {
-					return fmt.Errorf("%s: %w", pe.Message, store.ErrConflict)
-				}
-				return err
-			}
-			if i < len(notes) && notes[i].New && tag.RowsAffected() == 0 {
-				res.DuplicateNotes = append(res.DuplicateNotes, notes[i].Key())
-			}
-		}
-		return br.Close()
-	})
-	if err != nil {
+	what := "append " + p.Session
+	if err := s.enter(what); err != nil {
 		return nil, err
 	}
-	if len(res.DuplicateNotes) > 0 {
+	defer s.mu.RUnlock()
+	var c textCheck
+	if c.check("session id", p.Session); c.err != nil {
+		return nil, fmt.Errorf("%s: %w", what, c.err)
+	}
+	j := &job{ctx: ctx, p: p}
+	if len(p.Records) > 0 {
+		var err error
+		if j.data, err = steps.Encode(nil, p.Records); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	prep, err := prepare(p.Session, p.Projection)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	j.prep = prep
+	if err := s.write(j); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, mapErr(err))
+	}
+	if len(j.res.DuplicateNotes) > 0 {
 		s.log.Warn("postgres: notification written twice; the second write was a no-op",
-			"session", p.Session, "notes", res.DuplicateNotes, "reason", "duplicate-notification")
+			"session", p.Session, "notes", j.res.DuplicateNotes, "reason", "duplicate-notification")
 	}
-	return res, nil
-}
-
-// project queues a step's upserts, notes first; it returns the notes in
-// queue order.
-func project(b *pgx.Batch, session string, pr *store.Projection, e *enc) []store.NoteRow {
-	for _, n := range pr.Notes {
-		if n.New {
-			b.Queue(`INSERT INTO notes (session, task, run, owner, status, delivery, delivered_run, dropped, written)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (session, task, run) DO NOTHING`,
-				session, n.Task, n.Run, n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written))
-			continue
-		}
-		b.Queue(`UPDATE notes SET owner = $1, status = $2, delivery = $3, delivered_run = $4, dropped = $5, written = $6
-			WHERE session = $7 AND task = $8 AND run = $9`,
-			n.Owner, n.Status, n.Delivery, n.DeliveredRun, n.Dropped, e.time(n.Written), session, n.Task, n.Run)
-	}
-	if r := pr.Session; r != nil {
-		b.Queue(`INSERT INTO sessions (id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-			ON CONFLICT (id) DO UPDATE SET title = excluded.title, owner = excluded.owner, provider = excluded.provider,
-				model = excluded.model, cwd = excluded.cwd, closed = excluded.closed, created = excluded.created,
-				updated = excluded.updated, last_seq = excluded.last_seq, input_tokens = excluded.input_tokens,
-				output_tokens = excluded.output_tokens`,
-			session, r.Title, r.Owner, r.Provider, r.Model, r.Cwd, r.Closed, e.time(r.Created), e.time(r.Updated),
-			r.LastSeq, r.InputTokens, r.OutputTokens)
-	}
-	for _, a := range pr.Agents {
-		b.Queue(`INSERT INTO agents (session, id, name, owner, task, state, runs, inbox, input_tokens, output_tokens)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (session, id) DO UPDATE SET name = excluded.name, owner = excluded.owner, task = excluded.task,
-				state = excluded.state, runs = excluded.runs, inbox = excluded.inbox,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
-			session, a.ID, a.Name, a.Owner, a.Task, a.State, a.Runs, a.Inbox, a.InputTokens, a.OutputTokens)
-	}
-	for _, r := range pr.Runs {
-		b.Queue(`INSERT INTO runs (session, agent, seq, kind, status, started, ended, reply, error, input_tokens, output_tokens)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-			ON CONFLICT (session, agent, seq) DO UPDATE SET kind = excluded.kind, status = excluded.status,
-				started = excluded.started, ended = excluded.ended, reply = excluded.reply, error = excluded.error,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens`,
-			session, r.Agent, r.Seq, r.Kind, r.Status, e.time(r.Started), e.time(r.Ended), r.Reply, r.Error,
-			r.InputTokens, r.OutputTokens)
-	}
-	for _, t := range pr.Tasks {
-		var exit *int64
-		if t.Exit != nil {
-			code := int64(*t.Exit)
-			exit = &code
-		}
-		b.Queue(`INSERT INTO tasks (session, id, kind, owner, agent, status, command, started, ended, exit_code)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (session, id) DO UPDATE SET kind = excluded.kind, owner = excluded.owner, agent = excluded.agent,
-				status = excluded.status, command = excluded.command, started = excluded.started,
-				ended = excluded.ended, exit_code = excluded.exit_code`,
-			session, t.ID, t.Kind, t.Owner, t.Agent, t.Status, t.Command, e.time(t.Started), e.time(t.Ended), exit)
-	}
-	for _, it := range pr.Items {
-		if it.StatusOnly {
-			b.Queue(`UPDATE items SET status = $1, run = $2 WHERE session = $3 AND id = $4`, it.Status, it.Run, session, it.ID)
-			continue
-		}
-		b.Queue(`INSERT INTO items (session, id, agent, kind, priority, sender, status, run, enqueued)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (session, id) DO UPDATE SET agent = excluded.agent, kind = excluded.kind,
-				priority = excluded.priority, sender = excluded.sender, status = excluded.status,
-				run = excluded.run, enqueued = excluded.enqueued`,
-			session, it.ID, it.Agent, it.Kind, it.Priority, it.From, it.Status, it.Run, e.time(it.Enqueued))
-	}
-	return pr.Notes
+	return j.res, nil
 }
 
 // SnapshotSave implements store.Store.
@@ -346,23 +222,62 @@ func limit(n int) *int64 {
 	return &l
 }
 
+// Reading steps back. A step holds one or more records; a page reads the
+// steps that hold a record after the cursor and keeps the records after
+// it. A session's page starts at the step holding AfterSeq+1 (the one with
+// the highest seq not above it), found in the primary key, so a reader at
+// the end of a long log reads no step before it. With a limit, the steps
+// read are the fewest that hold Limit records after the cursor: a window
+// sums the records of the steps before each.
+const (
+	listSteps = `SELECT seq, global, data FROM steps
+		WHERE session = $1 AND seq >= COALESCE((SELECT max(seq) FROM steps WHERE session = $1 AND seq <= $2 + 1), 0) AND last > $2
+		ORDER BY seq`
+	// $3 is the limit, in records.
+	listStepsLimit = `SELECT seq, global, data FROM (
+		SELECT seq, global, data, sum(last - greatest(seq, $2 + 1) + 1) OVER (ORDER BY seq) - (last - greatest(seq, $2 + 1) + 1) AS before
+		FROM (SELECT seq, last, global, data FROM steps
+			WHERE session = $1 AND seq >= COALESCE((SELECT max(seq) FROM steps WHERE session = $1 AND seq <= $2 + 1), 0) AND last > $2
+			ORDER BY seq LIMIT $3) AS page
+	) AS counted WHERE before < $3 ORDER BY seq`
+	listAllSteps = `SELECT session, seq, global, data FROM steps WHERE glast > $1 ORDER BY glast`
+	// $2 is the limit, in records.
+	listAllStepsLimit = `SELECT session, seq, global, data FROM (
+		SELECT session, seq, global, glast, data, sum(glast - greatest(global, $1 + 1) + 1) OVER (ORDER BY glast) - (glast - greatest(global, $1 + 1) + 1) AS before
+		FROM (SELECT session, seq, global, glast, data FROM steps WHERE glast > $1 ORDER BY glast LIMIT $2) AS page
+	) AS counted WHERE before < $2 ORDER BY glast`
+)
+
 // EventList implements store.Store.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
 	var out []store.Record
 	err := s.read(ctx, "list events of "+p.Session, func() error {
 		out = nil
-		return s.collect(ctx, `SELECT seq, global, at, type, data FROM events WHERE session = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
-			[]any{p.Session, p.AfterSeq, limit(p.Limit)}, func(rows pgx.Rows) error {
-				r := store.Record{Session: p.Session}
-				var at *int64
-				if err := rows.Scan(&r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
-					return err
-				}
-				r.At = fromNanos(at)
-				out = append(out, r)
-				return nil
-			})
+		q, args := listSteps, []any{p.Session, p.AfterSeq}
+		if p.Limit > 0 {
+			q, args = listStepsLimit, append(args, int64(p.Limit))
+		}
+		return s.collect(ctx, q, args, func(rows pgx.Rows) error {
+			var seq, global int64
+			var data []byte
+			if err := rows.Scan(&seq, &global, &data); err != nil {
+				return err
+			}
+			from := len(out)
+			var err error
+			if out, err = steps.Decode(out, p.Session, seq, global, data); err != nil {
+				return err
+			}
+			if seq <= p.AfterSeq {
+				// The first step read may begin at or before the cursor.
+				out = append(out[:from], out[from+int(p.AfterSeq-seq)+1:]...)
+			}
+			return nil
+		})
 	})
+	if p.Limit > 0 && len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
 	return out, err
 }
 
@@ -371,18 +286,32 @@ func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) (
 	var out []store.Record
 	err := s.read(ctx, "list events", func() error {
 		out = nil
-		return s.collect(ctx, `SELECT session, seq, global, at, type, data FROM events WHERE global > $1 ORDER BY global LIMIT $2`,
-			[]any{p.AfterGlobal, limit(p.Limit)}, func(rows pgx.Rows) error {
-				var r store.Record
-				var at *int64
-				if err := rows.Scan(&r.Session, &r.Seq, &r.Global, &at, &r.Type, &r.Data); err != nil {
-					return err
-				}
-				r.At = fromNanos(at)
-				out = append(out, r)
-				return nil
-			})
+		q, args := listAllSteps, []any{p.AfterGlobal}
+		if p.Limit > 0 {
+			q, args = listAllStepsLimit, append(args, int64(p.Limit))
+		}
+		return s.collect(ctx, q, args, func(rows pgx.Rows) error {
+			var session string
+			var seq, global int64
+			var data []byte
+			if err := rows.Scan(&session, &seq, &global, &data); err != nil {
+				return err
+			}
+			from := len(out)
+			var err error
+			if out, err = steps.Decode(out, session, seq, global, data); err != nil {
+				return err
+			}
+			if global <= p.AfterGlobal {
+				// The first step read may begin at or before the cursor.
+				out = append(out[:from], out[from+int(p.AfterGlobal-global)+1:]...)
+			}
+			return nil
+		})
 	})
+	if p.Limit > 0 && len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
 	return out, err
 }
 
@@ -390,7 +319,12 @@ func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) (
 func (s *Store) LastSeq(ctx context.Context, session string) (int64, error) {
 	var n int64
 	err := s.read(ctx, "last seq of "+session, func() error {
-		return s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = $1`, session).Scan(&n)
+		n = 0
+		err := s.pool.QueryRow(ctx, `SELECT last FROM steps WHERE session = $1 ORDER BY seq DESC LIMIT 1`, session).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
 	})
 	return n, err
 }
