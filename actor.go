@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
@@ -25,17 +27,38 @@ type request struct {
 	fn   func() // a read or a control action
 }
 
-// actor steps one session. Only its goroutine touches state, procs and
-// cancels.
+// actor steps one session. Only the goroutine that holds the actor (see
+// loop) touches state, procs and cancels.
+//
+// Requests wait in a bounded queue (queueCap). A sender that finds it full
+// waits for room: backpressure, never a drop. Each wait is counted and the
+// first of an episode is logged at warn; an API caller whose context ends
+// while it waits gets an error that says the session was busy and nothing
+// was taken. An idle actor holds no goroutine: the first request starts
+// one, and it ends when the queue is empty (10,000 idle sessions cost no
+// goroutine and no queue).
 type actor struct {
 	rt    *Runtime
 	id    core.SessionID
 	state *core.State
+	// lease is the lease the actor holds; its Epoch fences every write
+	// and never changes. Its expiry moves on with each renewal: expires.
 	lease *store.Lease
 
-	reqs chan request
-	quit chan struct{}
-	done chan struct{}
+	// mu guards the mailbox and the lease's expiry: the fields up to done.
+	mu      sync.Mutex
+	queue   []request
+	spare   []request     // the last batch's slice, reused while busy
+	running bool          // a goroutine holds the actor
+	stopped bool          // stop was asked: no request is taken any more
+	room    chan struct{} // closed when the queue has room; nil when nobody waits
+	// fullSince is when the queue filled, zero when it has room; waits
+	// counts the senders that found it full since then.
+	fullSince time.Time
+	waits     int
+	expires   time.Time // the lease's expiry, as the last renewal set it
+	losing    bool      // the lease is lost or lapsed; the actor stops
+	done      chan struct{}
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -71,61 +94,189 @@ type actor struct {
 	quiet     []chan struct{}
 }
 
-const queueSize = 4096
+const (
+	// queueCap bounds the requests waiting for a session's actor: API
+	// calls, effect outcomes, timers. It bounds memory too: an idle
+	// session's queue is empty and holds nothing.
+	queueCap = 64
+	// maxBatch bounds the inputs stepped and committed together.
+	maxBatch = 256
+)
 
 func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease) *actor {
 	ctx, cancel := context.WithCancel(r.ctx)
 	return &actor{
-		rt: r, id: id, state: s, lease: lease,
-		reqs: make(chan request, queueSize), quit: make(chan struct{}), done: make(chan struct{}),
+		// The goroutine that makes the actor holds it until start.
+		rt: r, id: id, state: s, lease: lease, expires: lease.Expires, running: true, done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, cancels: map[string]context.CancelFunc{}, procs: map[core.TaskID]*shell.Process{},
 		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(),
 	}
 }
 
+// start lets the actor go. Until then the goroutine that made it holds it
+// (it creates or recovers the session) and requests wait in the queue.
 func (a *actor) start() {
-	a.rt.wg.Add(1)
-	go a.loop()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.running = false
+	if len(a.queue) > 0 || a.stopped {
+		a.holdLocked()
+	}
 }
 
 // stop ends the actor after the step in progress; effects in flight are
 // cancelled and the session's commands are stopped, to be recovered as
-// interrupted.
+// interrupted. Requests still queued are not stepped: their callers get
+// errRuntimeDone, their effect outcomes are recovered at the next start.
 func (a *actor) stop() {
-	select {
-	case <-a.quit:
-	default:
-		close(a.quit)
+	a.mu.Lock()
+	if !a.stopped {
+		a.stopped = true
+		if a.room != nil {
+			close(a.room)
+			a.room = nil
+		}
+		a.holdLocked() // the shutdown runs on the actor's goroutine
 	}
+	a.mu.Unlock()
 	<-a.done
 }
 
+// holdLocked starts a goroutine to hold the actor unless one holds it.
+// Called with a.mu held.
+func (a *actor) holdLocked() {
+	if a.running {
+		return
+	}
+	a.running = true
+	a.rt.wg.Add(1)
+	go a.loop()
+}
+
+// loop holds the actor: it steps the queued requests batch by batch, and
+// ends when the queue is empty, or after the shutdown once stop was asked.
 func (a *actor) loop() {
 	defer a.rt.wg.Done()
-	defer close(a.done)
-	defer a.shutdown()
 	for {
-		var batch []request
-		select {
-		case <-a.quit:
+		batch, ok := a.take()
+		if !ok {
 			return
-		case r := <-a.reqs:
-			batch = append(batch, r)
 		}
-	drain:
-		for len(batch) < 256 {
-			select {
-			case r := <-a.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
+		if batch == nil {
+			a.shutdown()
+			close(a.done)
+			return
 		}
 		a.process(batch)
+		clear(batch) // the slice is reused: keep nothing of the batch alive
+		a.mu.Lock()
+		if a.spare == nil {
+			a.spare = batch[:0]
+		}
+		a.mu.Unlock()
 	}
 }
 
+// take takes the queued requests for a batch. It returns nil, true when
+// the actor is to shut down, and false when the queue is empty: the
+// goroutine lets the actor go, and the idle actor keeps no queue.
+func (a *actor) take() ([]request, bool) {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return nil, true
+	}
+	if len(a.queue) == 0 {
+		a.running = false
+		a.queue, a.spare = nil, nil
+		a.mu.Unlock()
+		return nil, false
+	}
+	var batch []request
+	if len(a.queue) <= maxBatch {
+		batch, a.queue, a.spare = a.queue, a.spare, nil
+	} else {
+		batch = slices.Clone(a.queue[:maxBatch])
+		a.queue = append(a.queue[:0], a.queue[maxBatch:]...)
+	}
+	if a.room != nil && len(a.queue) < queueCap {
+		close(a.room)
+		a.room = nil
+	}
+	var fullFor time.Duration
+	waits := a.waits
+	if !a.fullSince.IsZero() && len(a.queue) < queueCap {
+		fullFor = max(a.rt.clock.Now().Sub(a.fullSince), time.Nanosecond)
+		a.fullSince, a.waits = time.Time{}, 0
+	}
+	a.mu.Unlock()
+	if fullFor > 0 {
+		a.rt.log.Info("session queue has room again", "session", a.id, "full_for", fullFor, "waits", waits)
+	}
+	return batch, true
+}
+
+// put queues r for the actor. While the queue is full it waits for room
+// (backpressure): counted in Runtime.queueWaits and told to the observer
+// each time, logged at warn once per episode. It returns errRuntimeDone
+// once the actor stopped, and when ctx ends first an error that says the
+// queue stayed full and r was not taken.
+func (a *actor) put(ctx context.Context, r request) error {
+	for {
+		a.mu.Lock()
+		if a.stopped {
+			a.mu.Unlock()
+			return errRuntimeDone
+		}
+		if len(a.queue) < queueCap {
+			a.queue = append(a.queue, r)
+			a.holdLocked()
+			a.mu.Unlock()
+			return nil
+		}
+		if a.room == nil {
+			a.room = make(chan struct{})
+		}
+		room := a.room
+		first := a.fullSince.IsZero()
+		if first {
+			a.fullSince = a.rt.clock.Now()
+		}
+		a.waits++
+		a.mu.Unlock()
+		a.rt.queueWaits.Add(1)
+		if first {
+			a.rt.log.Warn("session queue full; callers wait for room", "session", a.id, "queue", queueCap)
+		}
+		if o, ok := a.rt.opts.Observer.(QueueObserver); ok {
+			o.QueueFull(SessionID(a.id))
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return &Error{Code: CodeOf(ctx.Err()), Err: ctx.Err(), Message: fmt.Sprintf(
+				"session %s is busy: its queue of %d requests stayed full until this request gave up (%v); nothing of it was taken", a.id, queueCap, ctx.Err())}
+		}
+	}
+}
+
+// signal queues a request of the runtime's own (a lease's loss, a retry)
+// past the bound: it never waits, so the actor may signal itself. Each
+// kind has at most one in the queue at a time.
+func (a *actor) signal(r request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
+	a.queue = append(a.queue, r)
+	a.holdLocked()
+}
+
 func (a *actor) shutdown() {
+	a.mu.Lock()
+	a.queue, a.spare = nil, nil // their callers see done
+	a.mu.Unlock()
 	if a.moved {
 		// The session belongs to another owner now (or to nobody until one
 		// adopts it): this runtime forgets it, so it may adopt it again.
@@ -171,12 +322,8 @@ func (a *actor) submit(ctx context.Context, in core.Input) (core.Output, error) 
 // before the reply, when the input succeeded.
 func (a *actor) submitView(ctx context.Context, in core.Input, view func(s *core.State, out core.Output)) (core.Output, error) {
 	reply := make(chan core.Output, 1)
-	select {
-	case a.reqs <- request{input: in, reply: reply, view: view}:
-	case <-a.done:
-		return core.Output{}, errRuntimeDone
-	case <-ctx.Done():
-		return core.Output{}, ctx.Err()
+	if err := a.put(ctx, request{input: in, reply: reply, view: view}); err != nil {
+		return core.Output{}, err
 	}
 	select {
 	case out := <-reply:
@@ -188,8 +335,9 @@ func (a *actor) submitView(ctx context.Context, in core.Input, view func(s *core
 	}
 }
 
-// submitEffect hands an effect's outcome to the actor. It never fails: if
-// the actor is gone the outcome is recovered at the next start.
+// submitEffect hands an effect's outcome to the actor, waiting for room
+// while its queue is full. It never fails: if the actor is gone the
+// outcome is recovered at the next start.
 func (a *actor) submitEffect(in core.Input) {
 	// Outcomes are kept whatever they hold: text no store can keep (a NUL
 	// byte a command printed) is replaced before the core sees it, so the
@@ -198,29 +346,21 @@ func (a *actor) submitEffect(in core.Input) {
 		a.rt.log.Debug("an outcome held NUL bytes or invalid UTF-8; replaced with U+FFFD", "session", a.id, "input", fmt.Sprintf("%T", in))
 		in = c
 	}
-	select {
-	case a.reqs <- request{input: in, effect: true}:
-	case <-a.done:
-	}
+	_ = a.put(context.Background(), request{input: in, effect: true})
 }
 
-// submitControl runs fn on the actor goroutine, without waiting.
+// submitControl runs fn on the actor goroutine, without waiting for it to
+// run; it waits for room while the queue is full. Not for the actor's own
+// goroutine, which uses signal.
 func (a *actor) submitControl(fn func()) {
-	select {
-	case a.reqs <- request{fn: fn}:
-	case <-a.done:
-	}
+	_ = a.put(context.Background(), request{fn: fn})
 }
 
 // view runs fn on the actor goroutine and waits for it.
 func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	done := make(chan struct{})
-	select {
-	case a.reqs <- request{fn: func() { fn(a.state); close(done) }}:
-	case <-a.done:
-		return errRuntimeDone
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := a.put(ctx, request{fn: func() { fn(a.state); close(done) }}); err != nil {
+		return err
 	}
 	select {
 	case <-done:
@@ -268,6 +408,13 @@ func (a *actor) process(batch []request) {
 	if len(a.deferred) > 0 {
 		batch = append(a.deferred, batch...)
 		a.deferred = nil
+	}
+	if !slices.ContainsFunc(batch, func(r request) bool { return r.fn == nil }) {
+		// Only reads and controls: nothing to step, commit or start.
+		for _, r := range batch {
+			r.fn()
+		}
+		return
 	}
 	now := a.rt.clock.Now()
 	var events []core.Event
@@ -491,7 +638,7 @@ func (a *actor) scheduleRetry() {
 	case a.retryWait < 30*time.Second:
 		a.retryWait *= 2
 	}
-	a.retryT = a.rt.clock.AfterFunc(a.retryWait, func() { a.submitControl(a.retry) })
+	a.retryT = a.rt.clock.AfterFunc(a.retryWait, func() { a.signal(request{fn: a.retry}) })
 }
 
 // retry reloads the state from the store; the deferred inputs are stepped
@@ -519,13 +666,12 @@ func (a *actor) retry() {
 	a.rt.log.Info("store accepts writes again; session resumes", "session", a.id, "waiting_inputs", len(a.deferred))
 	a.state, a.poisoned, a.retryWait = s, nil, 0
 	// A commit that failed may have landed (a lost COMMIT): what the store
-	// holds in flight is started again unless it still runs here.
-	a.startEffects(core.InFlight(s))
-	// A batch to carry the deferred inputs; when the queue is full one is
-	// on its way anyway.
-	select {
-	case a.reqs <- request{fn: func() {}}:
-	default:
+	// holds in flight is started again unless it still runs here. The
+	// deadline timer and the waiters follow the reloaded state.
+	a.after(nil, core.InFlight(s))
+	if len(a.deferred) > 0 {
+		// A batch to carry the deferred inputs.
+		a.signal(request{fn: func() {}})
 	}
 }
 
@@ -591,27 +737,51 @@ func (a *actor) armTimer() {
 	a.timer = a.rt.clock.AfterFunc(max(d, 0), func() { a.submitEffect(core.Tick{}) })
 }
 
-// renew extends the session lease; a lost lease stops the actor.
-func (a *actor) renew() {
-	l, err := store.RenewOne(a.ctx, a.rt.st, string(a.id), a.lease.Owner, a.lease.Epoch, a.rt.leaseTTL, a.rt.clock.Now())
-	switch {
-	case err == nil:
-		a.lease = l
-	case errors.Is(err, store.ErrFenced):
-		a.rt.log.Error("session lease lost; stopping the session here", "session", a.id)
-		a.moved = true
-		go a.stop()
-	case !a.rt.clock.Now().Before(a.lease.Expires):
-		// The lease ran out without a renewal: another node may own the
-		// session now. Stop acting for it (its processes end) before two
-		// nodes act at once; it is adopted again when the store answers.
-		a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", err)
-		a.moved = true
-		a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", errStoreDown, err)
-		go a.stop()
-	default:
-		a.rt.log.Warn("lease renewal failed; will retry", "session", a.id, "err", err, "lease_expires", a.lease.Expires)
+// leaseExpires is when the actor's lease runs out unless renewed.
+func (a *actor) leaseExpires() (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.expires, a.losing
+}
+
+// renewed records a renewal of the actor's lease (by the runtime's
+// renewal round, which renews every session's lease at once).
+func (a *actor) renewed(expires time.Time) {
+	a.mu.Lock()
+	if !a.losing {
+		a.expires = expires
 	}
+	a.mu.Unlock()
+}
+
+// loseLease stops the actor because its lease is gone: lost to another
+// owner (why nil), or lapsed without renewal while the store could not be
+// written (why says so). Once.
+func (a *actor) loseLease(why error) {
+	a.mu.Lock()
+	if a.losing {
+		a.mu.Unlock()
+		return
+	}
+	a.losing = true
+	a.mu.Unlock()
+	a.signal(request{fn: func() {
+		if a.moved {
+			return
+		}
+		if why == nil {
+			a.rt.log.Error("session lease lost; stopping the session here", "session", a.id)
+		} else {
+			// The lease ran out without a renewal: another node may own
+			// the session now. Stop acting for it (its processes end)
+			// before two nodes act at once; it is adopted again when the
+			// store answers.
+			a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", why)
+			a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", errStoreDown, why)
+		}
+		a.moved = true
+		go a.stop()
+	}})
 }
 
 // killStale ends processes a previous owner of the session left behind,

@@ -142,14 +142,17 @@ func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Se
 		Driver:  driver,
 	})
 	if out.Err != nil {
+		a.cancel()
 		return nil, out.Err
 	}
 	if _, err := a.commit(ctx, out.Events); err != nil {
+		a.cancel()
 		return nil, fmt.Errorf("create session: %w", storeDown(err))
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		a.cancel()
 		return nil, errRuntimeDone
 	}
 	r.actors[id] = a

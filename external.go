@@ -11,15 +11,20 @@ import (
 
 // extProc is the provider process of one external agent. Its operations
 // (start, deliver, interrupt, stop a task) run in order on one goroutine,
-// off the actor's.
+// off the actor's. The actor queues them without waiting (enqueue): the
+// worker waits for the actor's queue when it hands an outcome over, so the
+// actor must never wait for the worker's.
 type extProc struct {
 	a     *actor
 	agent core.AgentID
-	ops   chan func()
+	wake  chan struct{} // an operation was queued (buffered, 1)
 	quit  chan struct{}
 	once  sync.Once
 
 	mu sync.Mutex
+	// ops are the operations queued, in order. They are the effects of
+	// the actor's own steps, as many as the steps asked for.
+	ops []func()
 	// proc is the running process, nil when none.
 	proc provider.SessionProcess
 	// exited is set when the current process is gone: the worker is done.
@@ -34,7 +39,7 @@ func (a *actor) extFor(agent core.AgentID) *extProc {
 		}
 		x.stop() // its process is gone; the worker goes too
 	}
-	x := &extProc{a: a, agent: agent, ops: make(chan func(), 64), quit: make(chan struct{})}
+	x := &extProc{a: a, agent: agent, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	a.ext[agent] = x
 	go x.run()
 	return x
@@ -55,8 +60,10 @@ func (x *extProc) current() provider.SessionProcess {
 func (x *extProc) run() {
 	for {
 		select {
-		case op := <-x.ops:
-			op()
+		case <-x.wake:
+			for op := x.next(); op != nil; op = x.next() {
+				op()
+			}
 		case <-x.quit:
 			if p := x.current(); p != nil {
 				_ = p.Close()
@@ -64,6 +71,26 @@ func (x *extProc) run() {
 			return
 		}
 	}
+}
+
+// next takes the next operation queued, nil when none is or the worker is
+// stopping.
+func (x *extProc) next() func() {
+	select {
+	case <-x.quit:
+		return nil
+	default:
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.ops) == 0 {
+		x.ops = nil
+		return nil
+	}
+	op := x.ops[0]
+	x.ops[0] = nil
+	x.ops = x.ops[1:]
+	return op
 }
 
 func (x *extProc) stop() { x.once.Do(func() { close(x.quit) }) }
@@ -81,10 +108,20 @@ func (x *extProc) do(f func(provider.SessionProcess) error) {
 	})
 }
 
+// enqueue queues op for the worker; it never waits. A stopped worker
+// takes nothing more.
 func (x *extProc) enqueue(op func()) {
 	select {
-	case x.ops <- op:
 	case <-x.quit:
+		return
+	default:
+	}
+	x.mu.Lock()
+	x.ops = append(x.ops, op)
+	x.mu.Unlock()
+	select {
+	case x.wake <- struct{}{}:
+	default:
 	}
 }
 

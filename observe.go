@@ -67,3 +67,13 @@ func observe(o Observer, id core.SessionID, s *core.State, events []core.Event) 
 		}
 	}
 }
+
+// QueueObserver is an Observer that also hears of backpressure: each time
+// a request (an API call, an effect's outcome, a timer) finds a session's
+// queue full and waits for room. Nothing is dropped; the count says a
+// session is busier than its callers.
+type QueueObserver interface {
+	// QueueFull is called when a request starts waiting for room in the
+	// session's queue.
+	QueueFull(session SessionID)
+}
