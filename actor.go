@@ -11,6 +11,7 @@ import (
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/internal/snapshot"
 	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/store"
 )
@@ -92,6 +93,8 @@ type actor struct {
 	snapBytes int
 	subs      *fanout
 	quiet     []chan struct{}
+	// proj holds the projection rows not written yet (projection.go).
+	proj projector
 }
 
 const (
@@ -110,6 +113,9 @@ func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease)
 		rt: r, id: id, state: s, lease: lease, expires: lease.Expires, running: true, done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, cancels: map[string]context.CancelFunc{}, procs: map[core.TaskID]*shell.Process{},
 		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(),
+		// Its first commit projects what the stored rows miss (a
+		// predecessor's last steps).
+		proj: projector{stale: true},
 	}
 }
 
@@ -285,6 +291,13 @@ func (a *actor) shutdown() {
 			delete(a.rt.actors, a.id)
 		}
 		a.rt.mu.Unlock()
+	} else {
+		// A clean stop writes the summary rows still pending; whoever
+		// recovers the session projects them again otherwise.
+		a.flushProjection()
+	}
+	if a.proj.timer != nil {
+		a.proj.timer.Stop()
 	}
 	a.cancel()
 	if a.timer != nil {
@@ -499,8 +512,9 @@ func (a *actor) commit(ctx context.Context, events []core.Event) ([]store.Record
 		recs[i] = store.Record{Session: string(a.id), Seq: e.Seq, At: e.At, Type: e.Body.Type(), Data: data}
 	}
 	res, err := a.rt.st.EventAppend(ctx, &store.EventAppendParams{
-		Session: string(a.id), Epoch: a.lease.Epoch, Records: recs, Projection: store.Project(a.state, events),
+		Session: string(a.id), Epoch: a.lease.Epoch, Records: recs, Projection: a.projection(ctx, events),
 	})
+	a.projected(err)
 	if err != nil {
 		return nil, err
 	}
@@ -676,9 +690,9 @@ func (a *actor) retry() {
 }
 
 func (a *actor) saveSnapshot(s *core.State) error {
-	data, err := json.Marshal(s)
+	data, err := snapshot.Encode(s)
 	if err != nil {
-		return fmt.Errorf("encode snapshot: %w", err)
+		return err
 	}
 	a.snapBytes = len(data)
 	return a.rt.st.SnapshotSave(a.ctx, &store.SnapshotSaveParams{Session: string(a.id), Epoch: a.lease.Epoch, Seq: s.Seq, Data: data})

@@ -2,7 +2,6 @@ package vigil
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,12 +14,13 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/permission"
 	"github.com/vigilrun/vigil/internal/shell"
+	"github.com/vigilrun/vigil/internal/snapshot"
 	"github.com/vigilrun/vigil/internal/textcheck"
 	"github.com/vigilrun/vigil/internal/transcript"
 	"github.com/vigilrun/vigil/store"
 )
 
-func decodeState(b []byte, s *core.State) error { return json.Unmarshal(b, s) }
+func decodeState(b []byte, s *core.State) error { return snapshot.Decode(b, s) }
 
 // SessionParams describes a new session.
 type SessionParams struct {

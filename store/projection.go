@@ -121,8 +121,27 @@ func Project(s *core.State, events []core.Event) *Projection {
 		return p
 	}
 	agents := map[core.AgentID]bool{}
-	runs := map[core.AgentID]bool{}
 	tasks := map[core.TaskID]bool{}
+	// runs are the runs the events touched, by agent and seq; an agent's
+	// run in progress when its seq is not in the event.
+	runs := map[core.AgentID]map[int]bool{}
+	touchRun := func(id core.AgentID, seq int) {
+		if runs[id] == nil {
+			runs[id] = map[int]bool{}
+		}
+		if seq == 0 {
+			if a := s.Agents[id]; a != nil && a.Run != nil {
+				seq = a.Run.Seq
+			} else if a != nil && len(a.Runs) > 0 {
+				seq = a.Runs[len(a.Runs)-1].Seq
+			}
+		}
+		runs[id][seq] = true
+		// An agent's task follows its runs (running, idle).
+		if a := s.Agents[id]; a != nil && a.Task != "" {
+			tasks[a.Task] = true
+		}
+	}
 	items := map[core.ItemID]itemChange{}
 	notes := map[core.NoteKey]bool{}
 	var newNotes []core.NoteKey
@@ -148,7 +167,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 			items[b.Item] = itemChange{agent: b.Agent, status: "removed"}
 		case *core.RunStarted:
 			touchAgent(b.Agent)
-			runs[b.Agent] = true
+			touchRun(b.Agent, b.Seq)
 			for _, id := range b.Items {
 				items[id] = itemChange{agent: b.Agent, status: "taken", run: b.Seq}
 			}
@@ -159,10 +178,10 @@ func Project(s *core.State, events []core.Event) *Projection {
 			}
 		case *core.ModelCallEnded:
 			touchAgent(b.Agent)
-			runs[b.Agent] = true
+			touchRun(b.Agent, 0)
 		case *core.RunEnded:
 			touchAgent(b.Agent)
-			runs[b.Agent] = true
+			touchRun(b.Agent, b.Seq)
 		case *core.ApprovalRequested:
 			touchAgent(b.Approval.Agent)
 		case *core.ApprovalResolved:
@@ -194,8 +213,8 @@ func Project(s *core.State, events []core.Event) *Projection {
 				InputTokens: a.Usage.InputTokens, OutputTokens: a.Usage.OutputTokens,
 			})
 		}
-		if runs[id] {
-			p.Runs = append(p.Runs, runRows(s, a)...)
+		if seqs := runs[id]; len(seqs) > 0 {
+			p.Runs = append(p.Runs, runRows(s, a, seqs)...)
 		}
 	}
 	for _, id := range s.TaskOrder {
@@ -271,18 +290,33 @@ func sessionRow(s *core.State, at time.Time) *SessionRow {
 	}
 }
 
-// runRows returns the rows of an agent's last ended run and its current one.
-func runRows(s *core.State, a *core.Agent) []RunRow {
+// runRows returns the rows of an agent's runs seqs, ended or in
+// progress, in seq order.
+func runRows(s *core.State, a *core.Agent, seqs map[int]bool) []RunRow {
+	first := 0
+	for seq := range seqs {
+		if first == 0 || seq < first {
+			first = seq
+		}
+	}
+	// Runs are in seq order: only the tail from the first one touched is
+	// read, not an agent's whole history.
+	from := len(a.Runs)
+	for from > 0 && a.Runs[from-1].Seq >= first {
+		from--
+	}
 	var out []RunRow
-	if n := len(a.Runs); n > 0 {
-		r := a.Runs[n-1]
+	for _, r := range a.Runs[from:] {
+		if !seqs[r.Seq] {
+			continue
+		}
 		out = append(out, RunRow{
 			Session: string(s.Session.ID), Agent: string(a.ID), Seq: r.Seq, Kind: string(r.Kind),
 			Status: string(r.Status), Started: r.Started, Ended: r.Ended, Reply: r.Reply, Error: r.Error,
 			InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
 		})
 	}
-	if r := a.Run; r != nil {
+	if r := a.Run; r != nil && seqs[r.Seq] {
 		out = append(out, RunRow{
 			Session: string(s.Session.ID), Agent: string(a.ID), Seq: r.Seq, Kind: string(r.Kind),
 			Status: string(core.RunRunning), Started: r.Started,

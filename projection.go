@@ -1,0 +1,137 @@
+package vigil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
+)
+
+// projectionLag bounds how far a busy session's projection rows (the
+// store's sessions, agents, runs, tasks, items and notes tables) may lag
+// its log. The log is the truth and is written with every step; the rows
+// that summarise it are folded per key (store.Pending) and written with a
+// step when it is due: the step creates or closes the session, leaves it
+// quiescent, or comes projectionLag after the last rows were written; a
+// timer writes what is pending when no step comes. A session's row says
+// how far its projection goes (SessionRow.LastSeq); a successor, or the
+// same actor after a failed commit, projects the events after it again.
+const projectionLag = time.Second
+
+// projector is an actor's pending projection. Only the actor's goroutine
+// uses it.
+type projector struct {
+	pending store.Pending
+	last    time.Time // when rows were last written
+	timer   Timer
+	// stale is set when the pending rows cannot be trusted (a commit
+	// failed): the next commit projects again from the stored row's
+	// LastSeq.
+	stale bool
+}
+
+// projection returns the rows to write with a commit of events, folding
+// them into the pending ones; nil when they can wait. A new actor's first
+// commit, and the first after a failed one, projects again the events the
+// stored rows do not cover, and writes them.
+func (a *actor) projection(ctx context.Context, events []core.Event) *store.Projection {
+	p := &a.proj
+	due := false
+	if p.stale {
+		if err := a.reproject(ctx); err != nil {
+			a.rt.log.Warn("could not read what the session's summary rows miss; they are written later", "session", a.id, "err", err)
+		} else {
+			due = true
+		}
+	}
+	p.pending.Add(store.Project(a.state, events))
+	now := a.rt.clock.Now()
+	due = due || a.state.Quiescent() || now.Sub(p.last) >= projectionLag
+	for _, e := range events {
+		switch e.Body.(type) {
+		case *core.SessionCreated, *core.SessionClosed:
+			due = true // the listing and adoption read the session's row
+		}
+	}
+	if !due || p.pending.Empty() {
+		return nil
+	}
+	p.last = now
+	return p.pending.Take()
+}
+
+// projected runs after a commit: a timer writes rows still pending once
+// they are due. A failed commit makes the pending rows stale.
+func (a *actor) projected(err error) {
+	p := &a.proj
+	if err != nil {
+		p.pending = store.Pending{}
+		p.stale = true
+		return
+	}
+	if p.pending.Empty() || p.timer != nil {
+		return
+	}
+	wait := max(projectionLag-a.rt.clock.Now().Sub(p.last), 0)
+	p.timer = a.rt.clock.AfterFunc(wait, func() {
+		a.submitControl(func() {
+			a.proj.timer = nil
+			a.flushProjection()
+		})
+	})
+}
+
+// flushProjection writes the pending rows alone, with no event.
+func (a *actor) flushProjection() {
+	if a.proj.pending.Empty() || a.moved || a.poisoned != nil {
+		return
+	}
+	p := a.proj.pending.Take()
+	a.proj.last = a.rt.clock.Now()
+	_, err := a.rt.st.EventAppend(a.ctx, &store.EventAppendParams{Session: string(a.id), Epoch: a.lease.Epoch, Projection: p})
+	if err != nil {
+		// The rows are written with a later step, or projected again from
+		// the log by whoever recovers the session.
+		a.rt.log.Warn("writing a session's summary rows failed; they are written later", "session", a.id, "err", err)
+		a.proj.pending.Add(p)
+	}
+}
+
+// reproject folds the rows of the events the store's projection does not
+// cover yet (those after the session row's LastSeq) into the pending
+// ones, in place of what was pending.
+func (a *actor) reproject(ctx context.Context) error {
+	a.proj.pending = store.Pending{}
+	from := int64(0)
+	row, err := a.rt.st.SessionGet(ctx, string(a.id))
+	switch {
+	case err == nil:
+		from = row.LastSeq
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("read the session's row: %w", err)
+	}
+	for from < a.state.Seq {
+		recs, err := a.rt.st.EventList(ctx, &store.EventListParams{Session: string(a.id), AfterSeq: from, Limit: 10_000})
+		if err != nil {
+			return fmt.Errorf("read events after %d: %w", from, err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		events := make([]core.Event, 0, len(recs))
+		for _, rec := range recs {
+			e, err := decodeEvent(rec)
+			if err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		a.proj.pending.Add(store.Project(a.state, events))
+		from = recs[len(recs)-1].Seq
+	}
+	a.proj.stale = false
+	return nil
+}

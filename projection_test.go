@@ -1,0 +1,135 @@
+package vigil
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/memstore"
+)
+
+// noRows is a store whose appends drop their projection rows: a node that
+// died before it wrote them.
+type noRows struct{ *memstore.Store }
+
+func (s noRows) EventAppend(ctx context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
+	q := *p
+	q.Projection = nil
+	return s.Store.EventAppend(ctx, &q)
+}
+
+// projectionMatches checks that the store's rows of the session say what
+// its state says: every run, task and notification, with its status.
+func projectionMatches(t *testing.T, st *memstore.Store, s *core.State) {
+	t.Helper()
+	ctx := context.Background()
+	id := string(s.Session.ID)
+	runs, err := st.RunList(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range runs {
+		got[fmt.Sprintf("%s#%d", r.Agent, r.Seq)] = r.Status
+	}
+	n := 0
+	for _, aid := range s.Order {
+		for _, r := range s.Agents[aid].Runs {
+			n++
+			if k := fmt.Sprintf("%s#%d", aid, r.Seq); got[k] != string(r.Status) {
+				t.Errorf("run %s: stored %q, state %q", k, got[k], r.Status)
+			}
+		}
+	}
+	if len(runs) != n {
+		t.Errorf("%d runs stored, %d in the state", len(runs), n)
+	}
+	tasks, err := st.TaskList(ctx, id)
+	if err != nil || len(tasks) != len(s.TaskOrder) {
+		t.Errorf("%d tasks stored, %d in the state (%v)", len(tasks), len(s.TaskOrder), err)
+	}
+	for _, tr := range tasks {
+		if want := s.Tasks[core.TaskID(tr.ID)].Status; tr.Status != string(want) {
+			t.Errorf("task %s: stored %q, state %q", tr.ID, tr.Status, want)
+		}
+	}
+	ns, err := st.NoteList(ctx, id)
+	if err != nil || len(ns) != len(s.NoteOrder) {
+		t.Errorf("%d notes stored, %d in the state (%v)", len(ns), len(s.NoteOrder), err)
+	}
+	for _, nr := range ns {
+		if want := s.Note(core.NoteKey{Task: core.TaskID(nr.Task), Run: nr.Run}); nr.Delivery != string(want.Delivery) {
+			t.Errorf("note %s: stored delivery %q, state %q", nr.Key(), nr.Delivery, want.Delivery)
+		}
+	}
+	row, err := st.SessionGet(ctx, id)
+	if err != nil || row.LastSeq != s.Seq {
+		t.Errorf("session row %+v (%v), want last seq %d", row, err, s.Seq)
+	}
+}
+
+// TestProjectionAtQuiescence: the rows of a session are written, at the
+// latest, when it becomes quiescent, and say what its state says (an
+// agent's task said "running" after its run ended, before this test).
+func TestProjectionAtQuiescence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, st := openScript(t, "internal/examples/coordinator.yaml")
+		ctx := context.Background()
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.WaitQuiescent(ctx, sess.ID); err != nil {
+			t.Fatal(err)
+		}
+		s, err := rt.State(ctx, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projectionMatches(t, st, s)
+	})
+}
+
+// TestProjectionRecovered: a node wrote a session's log but none of its
+// rows, and died; the node that takes the session over projects the log
+// again, so the rows say what the state says.
+func TestProjectionRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc, err := script.Load("internal/examples/coordinator.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := memstore.New()
+		first := openWith(t, noRows{st}, sc, nil)
+		ctx := context.Background()
+		sess, err := first.CreateSession(ctx, &SessionParams{Prompt: "Build the release", Permissions: Permissions{Mode: PermBypass}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.WaitQuiescent(ctx, sess.ID); err != nil {
+			t.Fatal(err)
+		}
+		if runs, _ := st.RunList(ctx, string(sess.ID)); len(runs) != 0 {
+			t.Fatalf("the first node wrote %d run rows", len(runs))
+		}
+		first.Close()
+		// The session row is missing too, so the second node is told
+		// which session to take.
+		second := openWith(t, st, sc, nil)
+		if _, err := second.adopt(ctx, core.SessionID(sess.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if err := second.WaitQuiescent(ctx, sess.ID); err != nil {
+			t.Fatal(err)
+		}
+		s, err := second.State(ctx, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projectionMatches(t, st, s)
+	})
+}
