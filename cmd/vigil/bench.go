@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	stores := fs.String("store", "memory,sqlite-full,sqlite-normal,postgres", "stores to measure, comma-separated")
 	pg := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server for the postgres figures (a scratch database is created and dropped)")
 	recovery := fs.Int("recovery-events", 0, "also measure recovery of a session of this many events (e.g. 1000000), with and without snapshots")
+	load := fs.String("load", "", "run the load table instead: busy sessions per cell, comma-separated (e.g. 1,10,100,1000)")
+	loadNotes := fs.Int("load-notifications", 20000, "notifications per load cell, spread over its sessions (at least 2 per worker per session)")
+	loadWorkers := fs.Int("load-workers", bench.LoadWorkers, "background subagents per session in the load table")
+	ceiling := fs.Duration("ceiling", time.Second, "how long each of the two disk ceiling measurements runs per load cell")
+	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
+	idleInputs := fs.Int("idle-inputs", 100, "inputs to each idle session")
+	idleInput := fs.String("idle-input", bench.IdleHold, "the idle inputs: hold (alternate hold and resume of the user queue, one committed event each) or status (a SessionStatus read)")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}
@@ -42,38 +51,71 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	n := 0
-	opener := func(name string) (func() (store.Store, func(), error), error) {
+	opener := func(name string) (func() (*benchStore, error), error) {
 		switch name {
 		case "memory":
-			return func() (store.Store, func(), error) { return memstore.New(), func() {}, nil }, nil
+			return func() (*benchStore, error) { return &benchStore{st: memstore.New(), drop: func() {}}, nil }, nil
 		case "sqlite-full", "sqlite-normal":
 			sync := strings.ToUpper(strings.TrimPrefix(name, "sqlite-"))
-			return func() (store.Store, func(), error) {
+			return func() (*benchStore, error) {
 				n++
-				st, err := sqlite.Open(ctx, filepath.Join(dir, fmt.Sprintf("b%d.db", n)), &sqlite.Options{Synchronous: sync})
-				return st, func() {}, err
+				opts := &sqlite.Options{Synchronous: sync}
+				path := filepath.Join(dir, fmt.Sprintf("b%d.db", n))
+				st, err := sqlite.Open(ctx, path, opts)
+				if err != nil {
+					return nil, err
+				}
+				return &benchStore{st: st, drop: func() {}, ceiling: func(ctx context.Context, budget time.Duration) (store.Ceiling, error) {
+					// Beside the store's file: the same disk, driver and settings.
+					return sqlite.MeasureCeiling(ctx, path+"-ceiling", opts, budget)
+				}}, nil
 			}, nil
 		case "postgres":
-			return func() (store.Store, func(), error) { return scratchPostgres(ctx, *pg) }, nil
+			return func() (*benchStore, error) {
+				st, dsn, drop, err := scratchPostgres(ctx, *pg)
+				if err != nil {
+					return nil, err
+				}
+				return &benchStore{st: st, drop: drop, ceiling: func(ctx context.Context, budget time.Duration) (store.Ceiling, error) {
+					return postgres.MeasureCeiling(ctx, dsn, nil, budget)
+				}}, nil
+			}, nil
 		}
 		return nil, fmt.Errorf("unknown store %q (want memory, sqlite-full, sqlite-normal or postgres)", name)
 	}
-	fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
+	var names []string
 	for _, name := range strings.Split(*stores, ",") {
-		open, err := opener(strings.TrimSpace(name))
+		names = append(names, strings.TrimSpace(name))
+	}
+	if *load != "" || *idle > 0 {
+		counts, err := sessionCounts(*load)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if *idle > 0 && *idleInputs < 0 {
+			return &exitError{code: 2, err: fmt.Errorf("--idle-inputs %d: want 0 or more", *idleInputs)}
+		}
+		lc := loadConfig{
+			dir: dir, sessions: counts, notes: *loadNotes, workers: *loadWorkers, ceiling: *ceiling,
+			idle: *idle, idleInputs: *idleInputs, idleInput: *idleInput,
+		}
+		return benchLoad(ctx, e, names, opener, lc)
+	}
+	fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
+	for _, name := range names {
+		open, err := opener(name)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
 		fmt.Fprintf(e.stdout, "\nstore: %s\n", name)
 		run := func(label string, f func(st store.Store) (string, error)) error {
-			st, drop, err := open()
+			bs, err := open()
 			if err != nil {
 				fmt.Fprintf(e.stdout, "  %-46s skipped: %v\n", label, err)
 				return nil
 			}
-			defer drop()
-			defer st.Close()
-			line, err := f(st)
+			defer bs.close()
+			line, err := f(bs.st)
 			if err != nil {
 				return fmt.Errorf("%s on %s: %w", label, name, err)
 			}
@@ -128,19 +170,20 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 }
 
 // scratchPostgres creates a database on the server at dsn and returns a
-// store on it and a function that drops it.
-func scratchPostgres(ctx context.Context, dsn string) (store.Store, func(), error) {
+// store on it, its DSN and a function that drops it.
+func scratchPostgres(ctx context.Context, dsn string) (store.Store, string, func(), error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("PostgreSQL not reachable: %w", err)
+		return nil, "", nil, fmt.Errorf("PostgreSQL not reachable: %w", err)
 	}
 	defer conn.Close(ctx)
 	name := fmt.Sprintf("vigil_bench_%d", time.Now().UnixNano())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return nil, nil, err
+		return nil, "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	cfg := conn.Config()
-	st, err := postgres.Open(ctx, fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name), nil)
+	scratch := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	st, err := postgres.Open(ctx, scratch, nil)
 	drop := func() {
 		c, err := pgx.Connect(context.Background(), dsn)
 		if err == nil {
@@ -150,7 +193,260 @@ func scratchPostgres(ctx context.Context, dsn string) (store.Store, func(), erro
 	}
 	if err != nil {
 		drop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return st, drop, nil
+	return st, scratch, drop, nil
+}
+
+// benchStore is a store under measurement.
+type benchStore struct {
+	st store.Store
+	// drop removes what the store left (a scratch database).
+	drop func()
+	// ceiling measures the disk beneath with the store's driver and
+	// settings; nil for the memory store.
+	ceiling func(ctx context.Context, budget time.Duration) (store.Ceiling, error)
+}
+
+// close closes the store and drops it.
+func (b *benchStore) close() {
+	b.st.Close()
+	b.drop()
+}
+
+// loadConfig is what --load and --idle ask for.
+type loadConfig struct {
+	dir        string
+	sessions   []int
+	notes      int
+	workers    int
+	ceiling    time.Duration
+	idle       int
+	idleInputs int
+	idleInput  string
+}
+
+// sessionCounts parses --load's list.
+func sessionCounts(list string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(list, ",") {
+		f = strings.TrimSpace(strings.ReplaceAll(f, "_", ""))
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--load %q: want session counts like 1,10,100", list)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// benchLoad runs the load table and the idle figures on each store.
+func benchLoad(ctx context.Context, e *env, names []string, opener func(string) (func() (*benchStore, error), error), lc loadConfig) error {
+	opens := make([]func() (*benchStore, error), len(names))
+	for i, name := range names {
+		open, err := opener(name)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		opens[i] = open
+	}
+	fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
+	if len(lc.sessions) > 0 {
+		workers := lc.workers
+		if workers <= 0 {
+			workers = bench.LoadWorkers
+		}
+		fmt.Fprintf(e.stdout, "\nload: %d notifications per cell spread over its sessions (at least %d per session), %d background workers per session;\n",
+			lc.notes, bench.LoadShare(0, 1, workers), workers)
+		fmt.Fprintf(e.stdout, "wake = worker's final answer -> main's next model request carrying its notification; rows = rows the store inserted or updated;\n")
+		fmt.Fprintf(e.stdout, "ceiling = the same driver and settings, serial single-row commits for %s, then 1000-row transactions for %s, just before and just after\n", lc.ceiling, lc.ceiling)
+		fmt.Fprintf(e.stdout, "the cell: the mean of the two; ceil spread = larger/smaller reading, of commits/s and of rows/s;\n")
+		fmt.Fprintf(e.stdout, "cpu = the process's CPU time over the cell's wall time (%d cores); loadavg = the machine's, at the cell's end; took = the whole cell with its ceiling\n\n", runtime.NumCPU())
+		fmt.Fprintln(e.stdout, loadHeader())
+		for i, name := range names {
+			for _, sessions := range lc.sessions {
+				row, err := loadCell(ctx, opens[i], name, sessions, lc)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, row)
+			}
+		}
+	}
+	if lc.idle > 0 {
+		for i, name := range names {
+			if err := idleFigures(ctx, e, opens[i], name, lc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadColumn is a column of the load table.
+type loadColumn struct {
+	title string
+	width int
+}
+
+// loadColumns are the load table's column titles and widths.
+func loadColumns() []loadColumn {
+	return []loadColumn{
+		{"store", 13}, {"sessions", 8}, {"notifs", 7}, {"wake p50", 9}, {"wake p99", 9}, {"notif/s", 8},
+		{"appends/notif", 13}, {"rows/notif", 10}, {"commits/s", 9}, {"ceil commits/s", 14}, {"ceil rows/s", 11},
+		{"notif/s÷ceil-commits", 20}, {"rows/s÷ceil-rows", 16}, {"ceil spread", 11}, {"cpu", 5}, {"loadavg", 7}, {"took", 7},
+	}
+}
+
+// loadHeader is the load table's title row.
+func loadHeader() string {
+	cols := loadColumns()
+	cells := make([]string, len(cols))
+	for i, c := range cols {
+		cells[i] = c.title
+	}
+	return loadRow(cells)
+}
+
+// loadRow aligns a row of the load table: the first column left, the
+// others right.
+func loadRow(cells []string) string {
+	var b strings.Builder
+	for i, c := range loadColumns() {
+		if i == 0 {
+			fmt.Fprintf(&b, "%-*s", c.width, cells[i])
+			continue
+		}
+		fmt.Fprintf(&b, "  %*s", c.width, cells[i])
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+// loadCell runs one cell of the load table on a fresh store and measures
+// the disk ceiling beside it.
+func loadCell(ctx context.Context, open func() (*benchStore, error), name string, sessions int, lc loadConfig) (string, error) {
+	start := time.Now()
+	bs, err := open()
+	if err != nil {
+		return fmt.Sprintf("%-13s  %8d  skipped: %v", name, sessions, err), nil
+	}
+	defer bs.close()
+	// The ceiling is measured just before and just after the cell, and
+	// the two readings averaged: a disk shared with other work varies.
+	var readings []store.Ceiling
+	ceiling := func() error {
+		if bs.ceiling == nil {
+			return nil
+		}
+		c, err := bs.ceiling(ctx, lc.ceiling)
+		if err != nil {
+			return fmt.Errorf("disk ceiling of %s: %w", name, err)
+		}
+		readings = append(readings, c)
+		return nil
+	}
+	if err := ceiling(); err != nil {
+		return "", err
+	}
+	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers}, sessions)
+	if err != nil {
+		return "", fmt.Errorf("load %d sessions on %s: %w", sessions, name, err)
+	}
+	if err := ceiling(); err != nil {
+		return "", err
+	}
+	na := "n/a"
+	rate := func(v float64, ok bool) string {
+		if !ok {
+			return na
+		}
+		return fmt.Sprintf("%.0f", v)
+	}
+	ratio := func(v float64, ok bool) string {
+		if !ok {
+			return na
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	rows, haveRows := r.RowsPerNote()
+	appends, haveAppends := r.AppendsPerNote()
+	commits, haveCommits := r.CommitsPerSec()
+	rowsPerSec, _ := r.RowsPerSec()
+	cells := []string{
+		name, strconv.Itoa(sessions), strconv.Itoa(r.Notifications), ms(r.Wake.P50), ms(r.Wake.P99), rate(r.PerSecond, true),
+		ratio(appends, haveAppends), ratio(rows, haveRows), rate(commits, haveCommits), na, na, na, na, na,
+		fmt.Sprintf("%.0f%%", 100*r.CPU.Seconds()/r.Elapsed.Seconds()), loadAvg(), fmt.Sprintf("%.1fs", time.Since(start).Seconds()),
+	}
+	if len(readings) == 2 {
+		a, b := readings[0], readings[1]
+		commitsPerSec, rowsCeil := (a.CommitsPerSec+b.CommitsPerSec)/2, (a.RowsPerSec+b.RowsPerSec)/2
+		cells[9], cells[10] = rate(commitsPerSec, true), rate(rowsCeil, true)
+		cells[11] = ratio(r.PerSecond/commitsPerSec, commitsPerSec > 0)
+		cells[12] = ratio(rowsPerSec/rowsCeil, haveRows && rowsCeil > 0)
+		spread := func(x, y float64) float64 { return max(x, y) / max(min(x, y), 1e-9) }
+		cells[13] = fmt.Sprintf("x%.1f/x%.1f", spread(a.CommitsPerSec, b.CommitsPerSec), spread(a.RowsPerSec, b.RowsPerSec))
+	}
+	return loadRow(cells), nil
+}
+
+// loadAvg is the machine's one-minute load average (/proc/loadavg), or
+// "?" where it cannot be read.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// ms formats a duration in milliseconds.
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+// idleFigures runs the idle figures on a fresh store.
+func idleFigures(ctx context.Context, e *env, open func() (*benchStore, error), name string, lc loadConfig) error {
+	what := "hold/resume inputs (one committed event each)"
+	if lc.idleInput == bench.IdleStatus {
+		what = "SessionStatus reads"
+	}
+	fmt.Fprintf(e.stdout, "\nidle: %d sessions on %s, then %d %s to each\n", lc.idle, name, lc.idleInputs, what)
+	bs, err := open()
+	if err != nil {
+		fmt.Fprintf(e.stdout, "  skipped: %v\n", err)
+		return nil
+	}
+	defer bs.close()
+	r, err := bench.Idle(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, IdleInput: lc.idleInput}, lc.idle, lc.idleInputs)
+	if err != nil {
+		return fmt.Errorf("idle %d sessions on %s: %w", lc.idle, name, err)
+	}
+	mb := func(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
+	perSession := func(m bench.Mem) string {
+		return fmt.Sprintf("%.1f KB", (float64(m.HeapInuse)-float64(r.Baseline.HeapInuse))/float64(max(r.Sessions, 1))/1024)
+	}
+	fmt.Fprintf(e.stdout, "  %-32s %12s  %14s  %10s  %10s\n", "", "Go heap", "heap/session", "RSS", "goroutines")
+	for _, row := range []struct {
+		label string
+		m     bench.Mem
+	}{
+		{"before any session (GC)", r.Baseline},
+		{"after creating them", r.Created},
+		{"after creating them (GC)", r.CreatedGC},
+		{fmt.Sprintf("after %d inputs each", r.Inputs), r.AfterInputs},
+		{fmt.Sprintf("after %d inputs each (GC)", r.Inputs), r.AfterInputsGC},
+		{"after Close and Open (GC)", r.Reopened},
+	} {
+		fmt.Fprintf(e.stdout, "  %-32s %12s  %14s  %10s  %10d\n", row.label, mb(row.m.HeapInuse), perSession(row.m), mb(row.m.RSS), row.m.Goroutines)
+	}
+	inputs := float64(r.Sessions) * float64(r.Inputs)
+	fmt.Fprintf(e.stdout, "  %-42s %s (%.0f sessions/s)\n", fmt.Sprintf("create %d sessions (one model round each)", r.Sessions), r.Create.Round(time.Millisecond), float64(r.Sessions)/r.Create.Seconds())
+	if r.Inputs > 0 {
+		fmt.Fprintf(e.stdout, "  %-42s %s (%.0f/s)\n", fmt.Sprintf("%.0f inputs", inputs), r.InputsTook.Round(time.Millisecond), inputs/r.InputsTook.Seconds())
+	}
+	fmt.Fprintf(e.stdout, "  %-42s %s\n", fmt.Sprintf("Open of %d sessions (all taken over)", r.Sessions), r.Open.Round(time.Millisecond))
+	return nil
 }

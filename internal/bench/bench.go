@@ -65,8 +65,15 @@ type Config struct {
 	Store store.Store
 	// DataDir holds task output files.
 	DataDir string
-	// N is the number of samples (latency) or notifications (throughput).
+	// N is the number of samples (latency) or notifications (throughput,
+	// and Load's budget for a cell).
 	N int
+	// Workers is the number of background subagents per session in Load;
+	// zero means LoadWorkers.
+	Workers int
+	// IdleInput is the input Idle sends its sessions: IdleHold (the
+	// default) or IdleStatus.
+	IdleInput string
 }
 
 // fastModel answers every call at once through a function of the request.

@@ -19,7 +19,8 @@ import (
 // saves them (every 5000 events, or one event per KiB of the last snapshot). It returns the session id.
 func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string, error) {
 	const id = "bench-recovery"
-	c := core.New(core.Config{})
+	// No budget: the generated session is far longer than a default budget allows.
+	c := core.New(core.Config{Budget: core.Budget{Tokens: -1, Rounds: -1, Wall: -1, Cost: -1}})
 	s := core.NewState()
 	lease, err := st.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: id, Owner: "bench-generator", TTL: time.Nanosecond, Now: time.Now()})
 	if err != nil {

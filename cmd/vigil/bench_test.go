@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// vigil bench --load and --idle print one row per cell and the idle
+// figures, on small settings.
+func TestBenchLoadAndIdle(t *testing.T) {
+	var out, errs bytes.Buffer
+	e := &env{stdout: &out, stderr: &errs, getenv: func(string) string { return "" }}
+	code := runMain(context.Background(), e, []string{"bench", "--store", "memory,sqlite-full", "--load", "1,2",
+		"--load-notifications", "24", "--load-workers", "2", "--ceiling", "20ms", "--idle", "3", "--idle-inputs", "2"})
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
+	}
+	s := out.String()
+	t.Log(s)
+	for _, want := range []string{"wake p99", "rows/notif", "ceil rows/s", "idle: 3 sessions on memory", "idle: 3 sessions on sqlite-full", "Open of 3 sessions"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	rows := 0
+	for line := range strings.Lines(s) {
+		f := strings.Fields(line)
+		if len(f) == 17 && (f[0] == "memory" || f[0] == "sqlite-full") {
+			rows++
+			if f[0] == "memory" && f[9] != "n/a" {
+				t.Errorf("memory has a disk ceiling: %s", line)
+			}
+			if f[0] == "sqlite-full" && f[9] == "n/a" {
+				t.Errorf("sqlite has no disk ceiling: %s", line)
+			}
+		}
+	}
+	if rows != 4 {
+		t.Errorf("%d load rows, want 4", rows)
+	}
+	if code := runMain(context.Background(), e, []string{"bench", "--load", "1,x"}); code != 2 {
+		t.Errorf("--load 1,x: exit %d, want 2", code)
+	}
+}
