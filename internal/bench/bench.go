@@ -240,7 +240,7 @@ func Notifications(ctx context.Context, cfg Config, sessions int) (Stats, error)
 		if len(req.Messages) == 1 {
 			var blocks []chat.Block
 			for i := range workers {
-				blocks = append(blocks, toolUse(fmt.Sprintf("s%d", i), "Agent", map[string]any{"prompt": "x", "name": fmt.Sprintf("w%d", i), "run_in_background": true}))
+				blocks = append(blocks, toolUse(fmt.Sprintf("s%d", i), "Agent", map[string]any{"prompt": fmt.Sprintf("work %d", i), "name": fmt.Sprintf("w%d", i), "run_in_background": true}))
 			}
 			return chat.Response{Content: blocks, StopReason: chat.StopToolUse}
 		}
