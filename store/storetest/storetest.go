@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Lease", testLease},
 		{"LeaseSteal", testLeaseSteal},
 		{"LeaseRenewMany", testLeaseRenewMany},
+		{"ProjectionOnly", testProjectionOnly},
 		{"Fencing", testFencing},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"ConcurrentSameSession", testConcurrentSameSession},
@@ -646,5 +647,34 @@ func testLeaseRenewMany(t *testing.T, s store.Store) {
 	// An empty renewal is no error.
 	if res, err := s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", TTL: ttl, Now: now}); err != nil || len(res.Renewed)+len(res.Lost) != 0 {
 		t.Errorf("empty renewal: %+v, %v", res, err)
+	}
+}
+
+// testProjectionOnly appends projection rows with no records (the runtime
+// writes a busy session's pending rows so): they are upserted, fenced like
+// any append, and the log is unchanged.
+func testProjectionOnly(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	l := acquire(t, s, "p", "A", base)
+	appendOK(t, s, "p", l.Epoch, recs("p", 1, 2, "x"), &store.Projection{Session: &store.SessionRow{ID: "p", Title: "one", Created: base, Updated: base, LastSeq: 2}})
+	res := appendOK(t, s, "p", l.Epoch, nil, &store.Projection{
+		Session: &store.SessionRow{ID: "p", Title: "two", Created: base, Updated: base, LastSeq: 2},
+		Notes:   []store.NoteRow{note("p", "t1", 1, "completed", true)},
+	})
+	if len(res.Globals) != 0 || len(res.DuplicateNotes) != 0 {
+		t.Errorf("projection-only append: %+v", res)
+	}
+	if row, err := s.SessionGet(ctx, "p"); err != nil || row.Title != "two" {
+		t.Errorf("session row %+v, %v", row, err)
+	}
+	checkNotes(t, s, "p", note("p", "t1", 1, "completed", true))
+	if n := lastSeq(t, s, "p"); n != 2 {
+		t.Errorf("last seq %d after a projection-only append", n)
+	}
+	_, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "p", Epoch: l.Epoch + 1, Projection: &store.Projection{
+		Session: &store.SessionRow{ID: "p", Title: "fenced", Created: base, Updated: base, LastSeq: 2}}})
+	wantErr(t, "fenced projection-only append", err, store.ErrFenced)
+	if row, err := s.SessionGet(ctx, "p"); err != nil || row.Title != "two" {
+		t.Errorf("a fenced projection-only append changed the row: %+v, %v", row, err)
 	}
 }
