@@ -3,8 +3,10 @@ package vigil
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider/script"
@@ -132,4 +134,54 @@ func TestProjectionRecovered(t *testing.T) {
 		}
 		projectionMatches(t, st, s)
 	})
+}
+
+// TestProjectionTimerWritesBusyRows: a busy session's rows that no due
+// step writes (a background command runs, nothing else happens) are
+// written by the timer, projectionLag after the last write.
+func TestProjectionTimerWritesBusyRows(t *testing.T) {
+	sc, err := script.Parse([]byte(`
+name: busy
+agents:
+  main:
+    turns:
+      - tools:
+          - Bash: {command: "sleep 600", run_in_background: true}
+      - say: "waiting"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &armedClock{manualClock: &manualClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}, armed: make(chan time.Duration, 64)}
+	st := memstore.New()
+	rt := openWith(t, st, sc, func(o *Options) { o.Clock = clock })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: t.TempDir(), Permissions: Permissions{Mode: PermBypass}})
+	must(t, err)
+	for armed := false; !armed; {
+		select {
+		case d := <-clock.armed:
+			armed = d == projectionLag
+		case <-ctx.Done():
+			t.Fatal("no projection timer was armed")
+		}
+	}
+	// The clock has not moved since the session was created: the task's
+	// row waits for the timer.
+	if tasks, _ := st.TaskList(ctx, string(sess.ID)); len(tasks) != 0 {
+		t.Fatalf("task rows written before they were due: %+v", tasks)
+	}
+	clock.advance(projectionLag)
+	for i := 0; ; i++ {
+		tasks, err := st.TaskList(ctx, string(sess.ID))
+		must(t, err)
+		if len(tasks) == 1 && tasks[0].Status == "running" {
+			break
+		}
+		if i > 50_000_000 || ctx.Err() != nil {
+			t.Fatalf("the timer did not write the task's row: %+v", tasks)
+		}
+		runtime.Gosched()
+	}
 }
