@@ -11,7 +11,7 @@ import (
 	"github.com/vigilrun/vigil/internal/permission"
 )
 
-// PendingApprovalsInput is pending_approvals' input.
+// PendingApprovalsInput is vigil_approvals' input.
 type PendingApprovalsInput struct {
 	Caller
 }
@@ -29,20 +29,20 @@ type ApprovalInfo struct {
 	Grants   string    `json:"grants,omitempty" jsonschema:"what answering always would allow from now on, in plain words"`
 }
 
-// PendingApprovalsOutput is pending_approvals' result.
+// PendingApprovalsOutput is vigil_approvals' result.
 type PendingApprovalsOutput struct {
 	Approvals []ApprovalInfo `json:"approvals"`
 }
 
-// ApproveInput is approve's input.
+// ApproveInput is vigil_approve's input.
 type ApproveInput struct {
 	Caller
-	Approval string `json:"approval" jsonschema:"the request id from pending_approvals, <session>/<request>"`
+	Approval string `json:"approval" jsonschema:"the request id from vigil_approvals, <session>/<request>"`
 	Answer   string `json:"answer" jsonschema:"allow (this call once), always (this call and the same call again, as a session rule) or deny"`
 	Reason   string `json:"reason,omitempty" jsonschema:"told to the agent with a denial"`
 }
 
-// ApproveOutput is approve's result.
+// ApproveOutput is vigil_approve's result.
 type ApproveOutput struct {
 	Approval string `json:"approval"`
 	Answer   string `json:"answer"`
@@ -83,7 +83,7 @@ func (s *Server) pendingApprovals(ctx context.Context, owner string, _ PendingAp
 func (s *Server) approve(ctx context.Context, owner string, in ApproveInput) (ApproveOutput, error) {
 	sess, id, ok := strings.Cut(strings.TrimSpace(in.Approval), "/")
 	if !ok || sess == "" || id == "" {
-		return ApproveOutput{}, fmt.Errorf("bad request id %q: want <session>/<request> as pending_approvals gives it", in.Approval)
+		return ApproveOutput{}, fmt.Errorf("bad request id %q: want <session>/<request> as vigil_approvals gives it", in.Approval)
 	}
 	sid := vigil.SessionID(sess)
 	v, err := s.owned(ctx, owner, sid, in.Approval, 0)

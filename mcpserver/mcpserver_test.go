@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,7 +224,7 @@ func TestHTTPNeedsToken(t *testing.T) {
 		t.Fatalf("with the token: %v", err)
 	}
 	var list mcpserver.ListOutput
-	if err := (&mcptest.Client{CS: cs}).Call(ctx, "list_tasks", nil, &list); err != nil || list.OwnerKey != "someone" {
+	if err := (&mcptest.Client{CS: cs}).Call(ctx, mcpserver.ToolList, nil, &list); err != nil || list.OwnerKey != "someone" {
 		t.Fatalf("list_tasks: %v %+v", err, list)
 	}
 }
@@ -279,7 +280,7 @@ func TestScoping(t *testing.T) {
 	task := sp.Task
 	sess := sp.Session
 	var list mcpserver.ListOutput
-	if err := b.Call(ctx, "list_tasks", map[string]any{"include_closed": true}, &list); err != nil || len(list.Tasks) != 0 {
+	if err := b.Call(ctx, mcpserver.ToolList, map[string]any{"include_closed": true}, &list); err != nil || len(list.Tasks) != 0 {
 		t.Fatalf("B lists %+v (%v)", list.Tasks, err)
 	}
 	// Every tool refuses A's ids to B, exactly as it refuses ids that do
@@ -289,15 +290,15 @@ func TestScoping(t *testing.T) {
 		tool string
 		args func(id string) map[string]any
 	}{
-		{"task_status", func(id string) map[string]any { return map[string]any{"task": id} }},
-		{"task_output", func(id string) map[string]any { return map[string]any{"task": id} }},
-		{"stop_task", func(id string) map[string]any { return map[string]any{"task": id} }},
-		{"stop_task", func(id string) map[string]any { return map[string]any{"task": id, "close": true} }},
-		{"send_message", func(id string) map[string]any { return map[string]any{"task": id, "message": "hi"} }},
-		{"wait", func(id string) map[string]any { return map[string]any{"tasks": []string{id}, "timeout_seconds": 0} }},
-		{"hold", func(id string) map[string]any { return map[string]any{"task": id} }},
-		{"resume", func(id string) map[string]any { return map[string]any{"task": id} }},
-		{"queue_list", func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolStatus, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolOutput, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolStop, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolClose, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolSend, func(id string) map[string]any { return map[string]any{"task": id, "message": "hi"} }},
+		{mcpserver.ToolWait, func(id string) map[string]any { return map[string]any{"tasks": []string{id}, "timeout_seconds": 0} }},
+		{mcpserver.ToolHold, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolResume, func(id string) map[string]any { return map[string]any{"task": id} }},
+		{mcpserver.ToolQueue, func(id string) map[string]any { return map[string]any{"task": id} }},
 	}
 	for _, c := range cases {
 		errA := b.Call(ctx, c.tool, c.args(task), nil)
@@ -310,10 +311,10 @@ func TestScoping(t *testing.T) {
 			t.Errorf("%s: the error on A's task differs from a missing one's: %q vs %q", c.tool, errA, errX)
 		}
 	}
-	if err := b.Call(ctx, "send_message", map[string]any{"agent": "slow", "message": "hi"}, nil); !mcptest.IsToolError(err, "no such task") {
+	if err := b.Call(ctx, mcpserver.ToolSend, map[string]any{"agent": "slow", "message": "hi"}, nil); !mcptest.IsToolError(err, "no such task") {
 		t.Errorf("B messages A's agent by name: %v", err)
 	}
-	if err := b.Call(ctx, "queue_cancel", map[string]any{"item": sess + "/i1"}, nil); !mcptest.IsToolError(err, "no such task") {
+	if err := b.Call(ctx, mcpserver.ToolQueueCancel, map[string]any{"item": sess + "/i1"}, nil); !mcptest.IsToolError(err, "no such task") {
 		t.Errorf("B cancels A's item: %v", err)
 	}
 	// A's notification cannot be acknowledged by B (it would be lost to A).
@@ -322,22 +323,22 @@ func TestScoping(t *testing.T) {
 	if err != nil || len(out.Notifications) != 1 {
 		t.Fatalf("A waits: %v %+v", err, out)
 	}
-	if err := b.Call(ctx, "ack", map[string]any{"ids": []string{out.Notifications[0].ID}}, nil); !mcptest.IsToolError(err, "no such notification") {
+	if err := b.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": []string{out.Notifications[0].ID}}, nil); !mcptest.IsToolError(err, "no such notification") {
 		t.Errorf("B acknowledges A's notification: %v", err)
 	}
 	var again mcpserver.WaitOutput
-	if err := a.Call(ctx, "wait", map[string]any{"timeout_seconds": 0}, &again); err != nil || len(again.Notifications) != 1 || !again.Notifications[0].Repeat {
+	if err := a.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0}, &again); err != nil || len(again.Notifications) != 1 || !again.Notifications[0].Repeat {
 		t.Errorf("A's notification after B's attempts: %v %+v", err, again)
 	}
 	// B's wait over all its tasks returns at once: it has none.
 	var bw mcpserver.WaitOutput
-	if err := b.Call(ctx, "wait", map[string]any{"timeout_seconds": 60}, &bw); err != nil || len(bw.Notifications)+len(bw.Running) != 0 {
+	if err := b.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 60}, &bw); err != nil || len(bw.Notifications)+len(bw.Running) != 0 {
 		t.Errorf("B's wait: %v %+v", err, bw)
 	}
 	// An explicit owner key is the identity: with A's key, B is A.
 	b.OwnerKey = "key-A"
 	var st mcpserver.TaskStatusOutput
-	if err := b.Call(ctx, "task_status", map[string]any{"task": task}, &st); err != nil || st.Task != task {
+	if err := b.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": task}, &st); err != nil || st.Task != task {
 		t.Errorf("with A's key: %v %+v", err, st)
 	}
 }
@@ -367,10 +368,10 @@ func TestSessionIdentity(t *testing.T) {
 		t.Errorf("owner %q (session %q), agent %q", sp.OwnerKey, cs1.ID(), sp.Agent)
 	}
 	var l1, l2 mcpserver.ListOutput
-	if err := c1.Call(ctx, "list_tasks", nil, &l1); err != nil || len(l1.Tasks) != 1 {
+	if err := c1.Call(ctx, mcpserver.ToolList, nil, &l1); err != nil || len(l1.Tasks) != 1 {
 		t.Errorf("the spawning session lists %v (%v)", l1.Tasks, err)
 	}
-	if err := c2.Call(ctx, "list_tasks", nil, &l2); err != nil || len(l2.Tasks) != 0 {
+	if err := c2.Call(ctx, mcpserver.ToolList, nil, &l2); err != nil || len(l2.Tasks) != 0 {
 		t.Errorf("another session lists %v (%v)", l2.Tasks, err)
 	}
 	srv := mcpserver.New(rt, &mcpserver.Options{Logger: testLogger(t)})
@@ -379,10 +380,10 @@ func TestSessionIdentity(t *testing.T) {
 	if _, err := s1.Spawn(ctx, "", "work"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.Call(ctx, "list_tasks", nil, &l1); err != nil || len(l1.Tasks) != 1 || !strings.HasPrefix(l1.OwnerKey, "mcp-") {
+	if err := s1.Call(ctx, mcpserver.ToolList, nil, &l1); err != nil || len(l1.Tasks) != 1 || !strings.HasPrefix(l1.OwnerKey, "mcp-") {
 		t.Errorf("stdio connection 1 lists %+v (%v)", l1, err)
 	}
-	if err := s2.Call(ctx, "list_tasks", nil, &l2); err != nil || len(l2.Tasks) != 0 || l2.OwnerKey == l1.OwnerKey {
+	if err := s2.Call(ctx, mcpserver.ToolList, nil, &l2); err != nil || len(l2.Tasks) != 0 || l2.OwnerKey == l1.OwnerKey {
 		t.Errorf("stdio connection 2 lists %+v (%v)", l2, err)
 	}
 }
@@ -406,14 +407,15 @@ func TestTools(t *testing.T) {
 		}
 		names = append(names, tool.Name)
 	}
-	want := "spawn_agent send_message wait ack task_status pending_approvals approve task_output stop_task list_tasks queue_list queue_cancel hold resume"
-	if got := strings.Join(names, " "); len(names) != 14 {
+	want := "vigil_ack vigil_approvals vigil_approve vigil_close vigil_hold vigil_list vigil_output vigil_queue vigil_queue_cancel vigil_resume vigil_send vigil_spawn vigil_status vigil_stop vigil_wait"
+	slices.Sort(names)
+	if got := strings.Join(names, " "); got != want {
 		t.Errorf("tools: %s, want %s", got, want)
 	}
 
 	// Nothing spawned: wait returns at once, whatever its timeout.
 	var w mcpserver.WaitOutput
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 3600}, &w); err != nil || len(w.Notifications)+len(w.Running) != 0 || w.TimedOut {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 3600}, &w); err != nil || len(w.Notifications)+len(w.Running) != 0 || w.TimedOut {
 		t.Fatalf("empty wait: %v %+v", err, w)
 	}
 	sp, err := c.Spawn(ctx, "slow", "the job")
@@ -423,21 +425,21 @@ func TestTools(t *testing.T) {
 	if !strings.HasSuffix(sp.Task, "/t1") || sp.OwnerKey != "me" || sp.Agent != "slow" {
 		t.Fatalf("spawn: %+v", sp)
 	}
-	if _, err := c.Spawn(ctx, "slow", "again"); !mcptest.IsToolError(err, "named \"slow\" already") {
+	if _, err := c.Spawn(ctx, "slow", "again"); !mcptest.IsToolError(err, "named \"slow\" is still live") {
 		t.Errorf("a second slow: %v", err)
 	}
-	if err := c.Call(ctx, "spawn_agent", map[string]any{"prompt": ""}, nil); !mcptest.IsToolError(err, "prompt") {
+	if err := c.Call(ctx, mcpserver.ToolSpawn, map[string]any{"prompt": ""}, nil); !mcptest.IsToolError(err, "prompt") {
 		t.Errorf("empty prompt: %v", err)
 	}
-	if err := c.Call(ctx, "spawn_agent", map[string]any{"prompt": "x", "provider": "nope"}, nil); !mcptest.IsToolError(err, "unknown provider") {
+	if err := c.Call(ctx, mcpserver.ToolSpawn, map[string]any{"prompt": "x", "provider": "nope"}, nil); !mcptest.IsToolError(err, "unknown provider") {
 		t.Errorf("unknown provider: %v", err)
 	}
 	// timeout 0: returns at once, with slow running.
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Running) != 1 || !w.TimedOut || w.Running[0].State != "running" {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Running) != 1 || !w.TimedOut || w.Running[0].State != "running" {
 		t.Fatalf("wait 0: %v %+v", err, w)
 	}
 	// Blocks until slow's run ends (its round takes 2s).
-	if err := c.Call(ctx, "wait", map[string]any{"tasks": []string{sp.Task}, "timeout_seconds": 60}, &w); err != nil || len(w.Notifications) != 1 {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"tasks": []string{sp.Task}, "timeout_seconds": 60}, &w); err != nil || len(w.Notifications) != 1 {
 		t.Fatalf("blocking wait: %v %+v", err, w)
 	}
 	n := w.Notifications[0]
@@ -445,55 +447,46 @@ func TestTools(t *testing.T) {
 		t.Errorf("notification: %+v", n)
 	}
 	// Not acknowledged: it comes again, marked.
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Notifications) != 1 || !w.Notifications[0].Repeat || len(w.Running) != 0 {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Notifications) != 1 || !w.Notifications[0].Repeat || len(w.Running) != 0 {
 		t.Fatalf("repeat: %v %+v", err, w)
 	}
 	var st mcpserver.TaskStatusOutput
-	if err := c.Call(ctx, "task_status", map[string]any{"task": sp.Task}, &st); err != nil || st.Pending != 1 || len(st.Notifications) != 1 || st.Notifications[0].Acknowledged || st.State != "idle" {
+	if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": sp.Task}, &st); err != nil || st.Pending != 1 || len(st.Notifications) != 1 || st.Notifications[0].Acknowledged || st.State != "idle" {
 		t.Fatalf("status: %v %+v", err, st)
 	}
-	if err := c.Call(ctx, "ack", map[string]any{"ids": []string{n.ID, "bogus"}}, nil); !mcptest.IsToolError(err, "bad notification id") {
+	if err := c.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": []string{n.ID, "bogus"}}, nil); !mcptest.IsToolError(err, "bad notification id") {
 		t.Errorf("ack with a bad id: %v", err)
 	}
-	if err := c.Call(ctx, "ack", map[string]any{"ids": []string{sp.Session + "/t9#1"}}, nil); !mcptest.IsToolError(err, "no such notification") {
+	if err := c.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": []string{sp.Session + "/t9#1"}}, nil); !mcptest.IsToolError(err, "no such notification") {
 		t.Errorf("ack of a notification that does not exist: %v", err)
 	}
 	for range 2 { // twice is harmless
-		if err := c.Call(ctx, "ack", map[string]any{"ids": []string{n.ID}}, nil); err != nil {
+		if err := c.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": []string{n.ID}}, nil); err != nil {
 			t.Fatalf("ack: %v", err)
 		}
 	}
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Notifications) != 0 {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0}, &w); err != nil || len(w.Notifications) != 0 {
 		t.Fatalf("after ack: %v %+v", err, w)
 	}
-	if err := c.Call(ctx, "task_status", map[string]any{"task": sp.Task}, &st); err != nil || !st.Notifications[0].Acknowledged || len(st.Runs) != 1 {
+	if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": sp.Task}, &st); err != nil || !st.Notifications[0].Acknowledged || len(st.Runs) != 1 {
 		t.Fatalf("status after ack: %v %+v", err, st)
 	}
 	// A message to the idle agent resumes it; by name.
 	var m mcpserver.SendOutput
-	if err := c.Call(ctx, "send_message", map[string]any{"agent": "slow", "message": "and more"}, &m); err != nil ||
+	if err := c.Call(ctx, mcpserver.ToolSend, map[string]any{"agent": "slow", "message": "and more"}, &m); err != nil ||
 		m.Outcome != "resumed" || m.Run != 2 || len(m.Notifications) != 1 || m.Notifications[0] != sp.Task+"#2" {
 		t.Fatalf("resume: %v %+v", err, m)
 	}
-	if err := c.Call(ctx, "send_message", map[string]any{"task": sp.Task, "message": "x", "priority": "soon"}, nil); !mcptest.IsToolError(err, "priority") {
+	if err := c.Call(ctx, mcpserver.ToolSend, map[string]any{"task": sp.Task, "message": "x", "priority": "soon"}, nil); !mcptest.IsToolError(err, "priority") {
 		t.Errorf("bad priority: %v", err)
 	}
-	if err := c.Call(ctx, "send_message", map[string]any{"task": sp.Task, "agent": "slow", "message": "x"}, nil); !mcptest.IsToolError(err, "not both") {
+	if err := c.Call(ctx, mcpserver.ToolSend, map[string]any{"task": sp.Task, "agent": "slow", "message": "x"}, nil); !mcptest.IsToolError(err, "not both") {
 		t.Errorf("task and agent: %v", err)
-	}
-	if err := c.Call(ctx, "stop_task", map[string]any{"task": sp.Task, "close": true}, nil); !mcptest.IsToolError(err, "it is running") {
-		t.Errorf("close while running: %v", err)
 	}
 	// Stop the run in progress: it ends cancelled, with its notification.
 	var so mcpserver.StopOutput
-	if err := c.Call(ctx, "stop_task", map[string]any{"task": sp.Task}, &so); err != nil || so.Outcome != "stopped" {
+	if err := c.Call(ctx, mcpserver.ToolStop, map[string]any{"task": sp.Task}, &so); err != nil || so.Outcome != "stopped" {
 		t.Fatalf("stop: %v %+v", err, so)
-	}
-	if err := c.Call(ctx, "stop_task", map[string]any{"task": sp.Task, "close": true}, nil); !mcptest.IsToolError(err, "acknowledge its notifications first") {
-		t.Errorf("close with an unacknowledged notification: %v", err)
-	}
-	if err := c.Call(ctx, "task_status", map[string]any{"task": sp.Task}, &st); err != nil || st.State == "closed" {
-		t.Fatalf("a refused close closed it: %v %+v", err, st)
 	}
 	col := mcptest.NewCollector()
 	if w, err = col.Wait(ctx, c, nil, 30); err != nil || len(w.Notifications) != 1 || w.Notifications[0].Status != "cancelled" {
@@ -503,50 +496,54 @@ func TestTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out mcpserver.OutputOutput
-	if err := c.Call(ctx, "task_output", map[string]any{"task": sp.Task, "limit": 10}, &out); err != nil || out.Kind != "agent" || len(out.Data) != 10 || out.Next != 10 || out.EOF {
+	if err := c.Call(ctx, mcpserver.ToolOutput, map[string]any{"task": sp.Task, "limit": 10}, &out); err != nil || out.Kind != "agent" || len(out.Data) != 10 || out.Next != 10 || out.EOF {
 		t.Fatalf("task_output: %v %+v", err, out)
 	}
-	if err := c.Call(ctx, "task_output", map[string]any{"task": sp.Task, "offset": 10, "limit": 1 << 20}, &out); err != nil || !out.EOF || !strings.Contains(out.Data, "slow: done with the job") {
+	if err := c.Call(ctx, mcpserver.ToolOutput, map[string]any{"task": sp.Task, "offset": 10, "limit": 1 << 20}, &out); err != nil || !out.EOF || !strings.Contains(out.Data, "slow: done with the job") {
 		t.Fatalf("task_output rest: %v %+v", err, out)
 	}
 	var q mcpserver.QueueOutput
-	if err := c.Call(ctx, "queue_list", nil, &q); err != nil || len(q.Items) != 0 {
+	if err := c.Call(ctx, mcpserver.ToolQueue, nil, &q); err != nil || len(q.Items) != 0 {
 		t.Fatalf("queue_list: %v %+v", err, q)
 	}
-	if err := c.Call(ctx, "hold", map[string]any{"task": sp.Task, "reason": "lunch"}, nil); err != nil {
+	if err := c.Call(ctx, mcpserver.ToolHold, map[string]any{"task": sp.Task, "reason": "lunch"}, nil); err != nil {
 		t.Fatalf("hold: %v", err)
 	}
-	if err := c.Call(ctx, "queue_list", map[string]any{"task": sp.Task}, &q); err != nil || len(q.Held) != 1 {
+	if err := c.Call(ctx, mcpserver.ToolQueue, map[string]any{"task": sp.Task}, &q); err != nil || len(q.Held) != 1 {
 		t.Fatalf("queue_list held: %v %+v", err, q)
 	}
-	if err := c.Call(ctx, "resume", map[string]any{"task": sp.Task}, nil); err != nil {
+	if err := c.Call(ctx, mcpserver.ToolResume, map[string]any{"task": sp.Task}, nil); err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	if err := c.Call(ctx, "queue_cancel", map[string]any{"item": sp.Session + "/i99"}, nil); !mcptest.IsToolError(err, "no queued item") {
+	if err := c.Call(ctx, mcpserver.ToolQueueCancel, map[string]any{"item": sp.Session + "/i99"}, nil); !mcptest.IsToolError(err, "no queued item") {
 		t.Errorf("cancel a missing item: %v", err)
 	}
-	if err := c.Call(ctx, "stop_task", map[string]any{"task": sp.Task}, &so); err != nil || so.Outcome != "not-running" {
+	if err := c.Call(ctx, mcpserver.ToolStop, map[string]any{"task": sp.Task}, &so); err != nil || so.Outcome != "not-running" {
 		t.Fatalf("stop an idle task: %v %+v", err, so)
 	}
-	if err := c.Call(ctx, "stop_task", map[string]any{"task": sp.Task, "close": true}, &so); err != nil || so.Outcome != "closed" || so.State != "closed" {
-		t.Fatalf("close: %v %+v", err, so)
+	var co mcpserver.CloseOutput
+	if err := c.Call(ctx, mcpserver.ToolClose, map[string]any{"task": sp.Task}, &co); err != nil || co.Outcome != "closed" || len(co.Notifications) != 0 || co.Stopped {
+		t.Fatalf("close: %v %+v", err, co)
+	}
+	if err := c.Call(ctx, mcpserver.ToolClose, map[string]any{"task": sp.Task}, &co); err != nil || co.Outcome != "already-closed" {
+		t.Fatalf("close twice: %v %+v", err, co)
 	}
 	var l mcpserver.ListOutput
-	if err := c.Call(ctx, "list_tasks", nil, &l); err != nil || len(l.Tasks) != 0 {
+	if err := c.Call(ctx, mcpserver.ToolList, nil, &l); err != nil || len(l.Tasks) != 0 {
 		t.Fatalf("list after close: %v %+v", err, l)
 	}
-	if err := c.Call(ctx, "list_tasks", map[string]any{"include_closed": true}, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].State != "closed" {
+	if err := c.Call(ctx, mcpserver.ToolList, map[string]any{"include_closed": true}, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].State != "closed" {
 		t.Fatalf("list closed: %v %+v", err, l)
 	}
-	if err := c.Call(ctx, "send_message", map[string]any{"task": sp.Task, "message": "x"}, &m); err != nil || m.Outcome != "rejected" {
+	if err := c.Call(ctx, mcpserver.ToolSend, map[string]any{"task": sp.Task, "message": "x"}, &m); err != nil || m.Outcome != "rejected" {
 		t.Errorf("message to a closed task: %v %+v", err, m)
 	}
 	for _, bad := range []string{"nope", "/t1", "s/"} {
-		if err := c.Call(ctx, "task_status", map[string]any{"task": bad}, nil); !mcptest.IsToolError(err, "bad task id") {
+		if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": bad}, nil); !mcptest.IsToolError(err, "bad task id") {
 			t.Errorf("task %q: %v", bad, err)
 		}
 	}
-	if err := c.Call(ctx, "task_status", map[string]any{"task": sp.Task, "extra": 1}, nil); err == nil {
+	if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": sp.Task, "extra": 1}, nil); err == nil {
 		t.Error("an unknown argument was accepted")
 	}
 }
@@ -564,7 +561,7 @@ func TestWaitEndsAtClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- c.Call(ctx, "wait", map[string]any{"timeout_seconds": 3600}, nil) }()
+	go func() { errc <- c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 3600}, nil) }()
 	// Close once the wait is blocked: it is blocked when the server has
 	// subscribed, which we cannot see; closing before is fine too (the
 	// call then fails the same way or finds the session closed).
@@ -596,29 +593,29 @@ func TestApprovalsOverMCP(t *testing.T) {
 	}
 	var pend mcpserver.PendingApprovalsOutput
 	for range 200 {
-		if err := c.Call(ctx, "pending_approvals", map[string]any{}, &pend); err != nil {
+		if err := c.Call(ctx, mcpserver.ToolApprovals, map[string]any{}, &pend); err != nil {
 			t.Fatal(err)
 		}
 		if len(pend.Approvals) > 0 {
 			break
 		}
 		var w mcpserver.WaitOutput
-		_ = c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0.05}, &w)
+		_ = c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0.05}, &w)
 	}
 	if len(pend.Approvals) != 1 || pend.Approvals[0].Call != "Bash(echo built)" || pend.Approvals[0].Task != sp.Task ||
 		pend.Approvals[0].Agent != "builder" || pend.Approvals[0].Grants == "" {
 		t.Fatalf("pending approvals: %+v", pend)
 	}
 	var ans mcpserver.ApproveOutput
-	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "always"}, &ans); err != nil ||
+	if err := c.Call(ctx, mcpserver.ToolApprove, map[string]any{"approval": pend.Approvals[0].ID, "answer": "always"}, &ans); err != nil ||
 		ans.Rule != "Bash(echo built)" || ans.Grants != pend.Approvals[0].Grants {
 		t.Fatalf("approve: %+v %v", ans, err)
 	}
-	if err := c.Call(ctx, "approve", map[string]any{"approval": pend.Approvals[0].ID, "answer": "deny"}, &ans); err == nil {
+	if err := c.Call(ctx, mcpserver.ToolApprove, map[string]any{"approval": pend.Approvals[0].ID, "answer": "deny"}, &ans); err == nil {
 		t.Fatal("a request was answered twice")
 	}
 	var w mcpserver.WaitOutput
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 10}, &w); err != nil || len(w.Notifications) != 1 || !strings.Contains(w.Notifications[0].Reply, "builder:") {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 10}, &w); err != nil || len(w.Notifications) != 1 || !strings.Contains(w.Notifications[0].Reply, "builder:") {
 		t.Fatalf("wait after approve: %+v %v", w, err)
 	}
 }
@@ -654,7 +651,7 @@ func TestWaitOnTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l mcpserver.ListOutput
-	if err := c.Call(ctx, "list_tasks", nil, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].State != "idle" || l.Tasks[0].Run != 2 || l.Tasks[0].LastStatus != "completed" {
+	if err := c.Call(ctx, mcpserver.ToolList, nil, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].State != "idle" || l.Tasks[0].Run != 2 || l.Tasks[0].LastStatus != "completed" {
 		t.Fatalf("list after the wakeup: %v %+v", err, l)
 	}
 }

@@ -79,14 +79,14 @@ func globalID(session vigil.SessionID, local string) string { return string(sess
 func parseTask(s string) (taskRef, error) {
 	sess, task, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok || sess == "" || task == "" || strings.Contains(task, "/") {
-		return taskRef{}, fmt.Errorf("bad task id %q: want <session>/<task> as spawn_agent returned it, e.g. k3v9x2m4pq/t1", s)
+		return taskRef{}, fmt.Errorf("bad task id %q: want <session>/<task> as vigil_spawn returned it, e.g. k3v9x2m4pq/t1", s)
 	}
 	return taskRef{session: vigil.SessionID(sess), task: vigil.TaskID(task)}, nil
 }
 
 // notFoundTask is the error for a task the caller may not see.
 func notFoundTask(id string) error {
-	return fmt.Errorf("%w %q (see list_tasks for yours)", errNoTask, id)
+	return fmt.Errorf("%w %q (see vigil_list for yours)", errNoTask, id)
 }
 
 // need says what a view reads besides the session.

@@ -3,7 +3,7 @@
 // agents it can spawn, message, wait for and stop, over stdio or streamable
 // HTTP, with the official Go SDK.
 //
-// Every spawn_agent creates a vigil session whose main agent is the MCP
+// Every vigil_spawn creates a vigil session whose main agent is the MCP
 // caller itself (vigil.SessionParams.Caller): the caller never runs a model,
 // and the notifications of its agents wait in its durable inbox until it
 // acknowledges them. The spawned agent is that session's background
@@ -24,14 +24,31 @@
 // leak. The identity of a tool call is, in order:
 //
 //  1. its owner_key argument, when given;
-//  2. the connection's key: Options.Owner for stdio (vigil mcp --owner), the
-//     Vigil-Owner request header for HTTP;
+//  2. the connection's key: Options.Owner for stdio ('vigil mcp' gives the
+//     project's key, ProjectKey, unless --owner names one), the Vigil-Owner
+//     request header for HTTP;
 //  3. the MCP session: the Mcp-Session-Id of an HTTP session, or for stdio
-//     (which has no session id) a random key made for the connection.
+//     without Options.Owner a random key made for the connection.
 //
-// A key from 3 ends with its connection; pass an explicit key (1 or 2) to
-// find your tasks again after a reconnect or a restart. spawn_agent returns
-// the key it used.
+// A key from 3 ends with its connection. spawn returns the key it used.
+//
+// # Waits that fit the client
+//
+// A client cancels a tool call that outlasts its own timeout (Codex 0.169
+// after 300 s), and its model then sees an error. A wait therefore never
+// blocks longer than the client allows (WaitLimit, from the name the client
+// gives at initialize, or Options.MaxWait): it returns at the limit as a
+// normal result that lists what still runs and says to wait again. The
+// limit is in the wait tool's description and schema as each client lists
+// them.
+//
+// # Tasks that end
+//
+// vigil_close ends a task (stopping it if it runs) and returns what it had
+// not acknowledged. A task's name is taken only while the task is live
+// (working, or with notifications not acknowledged). A session whose
+// tasks have all ended and been acknowledged closes by itself after
+// Options.Retention.
 package mcpserver
 
 import (
@@ -42,6 +59,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,10 +91,22 @@ type Options struct {
 	// auto (allow rules decide, the rest is denied: nobody answers
 	// permission requests over MCP).
 	Permissions vigil.Permissions
-	// DefaultWait is the timeout of a wait that gives none (2m); MaxWait
-	// caps it (1h).
+	// ProjectRules, when set, returns the allow rules a person saved for the
+	// project at dir: a spawned agent working there gets them too.
+	ProjectRules func(dir string) []string
+	// DefaultWait is the timeout of a wait that gives none (2m, or the
+	// client's limit when that is shorter).
 	DefaultWait time.Duration
-	MaxWait     time.Duration
+	// MaxWait, when set, is the longest wait of every client: the client's
+	// own tool-call timeout less a margin ('vigil mcp --max-wait'). Zero
+	// learns it from the client's name (WaitLimit). Never more than 1h.
+	MaxWait time.Duration
+	// Retention is how long a session whose tasks have all ended, and whose
+	// notifications are all acknowledged, stays open before it closes by
+	// itself (24h); negative keeps such sessions open.
+	Retention time.Duration
+	// Now is the clock of the retention sweep; nil is time.Now.
+	Now func() time.Time
 	// SessionTimeout closes HTTP MCP sessions idle this long (24h).
 	SessionTimeout time.Duration
 	// NewKey makes the owner keys of connections that have none; the
@@ -106,6 +136,9 @@ type Server struct {
 	spawnMu sync.Mutex                     // serialises the name check and the creation of spawns
 	servers map[*mcp.Server]struct{}       // stdio servers running
 
+	sweepOnce sync.Once
+	sweeps    sync.WaitGroup // the retention sweep, until Close
+
 	// onBlock, when set (by tests), is called when a wait blocks.
 	onBlock func(owner string)
 }
@@ -125,8 +158,12 @@ func New(rt *vigil.Runtime, opts *Options) *Server {
 	if o.DefaultWait <= 0 {
 		o.DefaultWait = 2 * time.Minute
 	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = time.Hour
+	o.MaxWait = min(o.MaxWait, maxWaitCap)
+	if o.Retention == 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.SessionTimeout <= 0 {
 		o.SessionTimeout = 24 * time.Hour
@@ -156,20 +193,39 @@ func randomKey() string {
 	return "mcp-" + string(b)
 }
 
-// instructions tell the client's model how to use the tools.
-const instructions = `vigil runs durable background agents for you. spawn_agent starts one and returns its task id ("<session>/<task>") at once.
-Then call wait: it blocks until one of your agents reports (or its timeout passes) and returns the notifications, each with its reply.
-Pass the ids of the notifications you got in the ack argument of your next wait (or call ack): a notification stays until you acknowledge it,
-so nothing is lost if you disconnect, and it never comes back once acknowledged. send_message talks to a running or finished agent and tells you
-what happened to the message (joined, queued-behind-stop, resumed or rejected). Prefer blocking in wait over ending your turn.`
+// instructions tell the client's model how to use the tools; key is the
+// connection's owner key, when it has one.
+func instructions(key string) string {
+	var b strings.Builder
+	b.WriteString(`vigil runs durable background agents for you: they keep working after your turn ends, after you exit and after a restart, and their results wait for you.
+Use vigil_spawn instead of your built-in sub-agent tool when the work may outlast this turn or this session, take longer than one tool call may, or must survive a restart; use the built-in one for quick work you wait for in this turn.
+vigil_spawn starts an agent and returns its task id ("<session>/<task>") at once. Then call vigil_wait: it blocks until one of your agents reports, or until this client's limit, and returns the notifications, each with its reply, and the tasks still running.
+When vigil_wait returns with tasks still running and no notification, call it again: that is normal, not an error.
+Pass the ids of the notifications you got in the ack argument of your next vigil_wait (or call vigil_ack): a notification stays until you acknowledge it, so nothing is lost if you disconnect, and it never comes back once acknowledged.
+vigil_send talks to a running or finished agent and tells you what happened to the message (joined, queued-behind-stop, resumed, pending or rejected).
+vigil_close ends a task you no longer need and frees its name; vigil_list shows what is open, oldest first.`)
+	if key != "" {
+		fmt.Fprintf(&b, "\nYour tasks belong to the owner key %q (this project's): a later session of yours in this project finds them again.", key)
+	}
+	return b.String()
+}
 
 // newMCP returns an SDK server with the tools, whose calls without an
 // explicit owner key get theirs from connKey.
-func (s *Server) newMCP(connKey func(*mcp.CallToolRequest) string) *mcp.Server {
+func (s *Server) newMCP(key string, connKey func(*mcp.CallToolRequest) string) *mcp.Server {
 	ms := mcp.NewServer(&mcp.Implementation{Name: "vigil", Title: "vigil: durable background agents", Version: s.opts.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: s.log})
+		&mcp.ServerOptions{Instructions: instructions(key), Logger: s.log})
 	s.addTools(ms, connKey)
+	ms.AddReceivingMiddleware(fitWaitTool(s.limitOf))
 	return ms
+}
+
+// limitOf returns the longest wait the named client allows.
+func (s *Server) limitOf(client string) time.Duration {
+	if s.opts.MaxWait > 0 {
+		return s.opts.MaxWait
+	}
+	return WaitLimit(client)
 }
 
 // Run serves one MCP connection on t (the SDK's StdioTransport, or any
@@ -177,11 +233,13 @@ func (s *Server) newMCP(connKey func(*mcp.CallToolRequest) string) *mcp.Server {
 // owner key use Options.Owner, else a random key made for this connection.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	key := s.opts.Owner
+	named := key
 	if key == "" {
 		key = s.opts.NewKey()
 		s.log.Info("mcp connection without an owner key: its tasks are scoped to this connection (pass --owner or owner_key to keep them across restarts)", "owner_key", key)
 	}
-	ms := s.newMCP(func(*mcp.CallToolRequest) string { return key })
+	s.startSweep()
+	ms := s.newMCP(named, func(*mcp.CallToolRequest) string { return key })
 	s.mu.Lock()
 	s.servers[ms] = struct{}{}
 	s.mu.Unlock()
@@ -190,10 +248,11 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 		delete(s.servers, ms)
 		s.mu.Unlock()
 	}()
-	if err := ms.Run(ctx, t); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("mcp: %w", err)
-	}
-	return nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	return serve(ctx, ms, t, s.log)
 }
 
 // Handler returns the streamable HTTP handler of the tools, to mount at
@@ -201,7 +260,8 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 // use the Vigil-Owner header, else the MCP session id.
 func (s *Server) Handler() http.Handler {
 	s.httpOnce.Do(func() {
-		ms := s.newMCP(func(req *mcp.CallToolRequest) string {
+		s.startSweep()
+		ms := s.newMCP("", func(req *mcp.CallToolRequest) string {
 			if req.Extra != nil && req.Extra.Header != nil {
 				if k := req.Extra.Header.Get(OwnerHeader); k != "" {
 					return k
@@ -229,6 +289,7 @@ func (s *Server) Handler() http.Handler {
 // twice.
 func (s *Server) Close() error {
 	s.cancel()
+	s.sweeps.Wait()
 	s.mu.Lock()
 	servers := make([]*mcp.Server, 0, len(s.servers)+1)
 	for ms := range s.servers {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -20,18 +21,18 @@ const by = "mcp caller"
 
 // Caller is the owner key argument every tool takes.
 type Caller struct {
-	OwnerKey string `json:"owner_key,omitempty" jsonschema:"your owner key: the identity that owns your tasks. Leave it out to use this connection's; give the key spawn_agent returned to find your tasks again after a reconnect or a restart"`
+	OwnerKey string `json:"owner_key,omitempty" jsonschema:"your owner key: the identity that owns your tasks. Leave it out to use this connection's; give the key vigil_spawn returned to find your tasks again after a reconnect or a restart"`
 }
 
 func (c Caller) ownerKey() string { return c.OwnerKey }
 
 type keyed interface{ ownerKey() string }
 
-// SpawnInput is spawn_agent's input.
+// SpawnInput is vigil_spawn's input.
 type SpawnInput struct {
 	Caller
 	Prompt      string `json:"prompt" jsonschema:"the task for the agent"`
-	Name        string `json:"name,omitempty" jsonschema:"a name to address it by in send_message (unique among your open tasks); default: its session id"`
+	Name        string `json:"name,omitempty" jsonschema:"a name to address it by in vigil_send (unique among your live tasks: a task that ended and was acknowledged, or was closed, frees its name); default: its session id"`
 	Description string `json:"description,omitempty" jsonschema:"a short description (default: the prompt's first line)"`
 	Provider    string `json:"provider,omitempty" jsonschema:"the model provider (default: the server's)"`
 	Model       string `json:"model,omitempty" jsonschema:"the model (default: the provider's)"`
@@ -44,7 +45,7 @@ type SpawnInput struct {
 	BudgetUSD     float64 `json:"budget_usd,omitempty" jsonschema:"bound the agent's cost in US dollars (models with a known price)"`
 }
 
-// SpawnOutput is spawn_agent's result.
+// SpawnOutput is vigil_spawn's result.
 type SpawnOutput struct {
 	Task     string `json:"task" jsonschema:"the task id, <session>/<task>"`
 	Session  string `json:"session"`
@@ -53,7 +54,7 @@ type SpawnOutput struct {
 	Detail   string `json:"detail"`
 }
 
-// SendInput is send_message's input.
+// SendInput is vigil_send's input.
 type SendInput struct {
 	Caller
 	Task     string `json:"task,omitempty" jsonschema:"the task whose agent gets the message, <session>/<task>"`
@@ -74,13 +75,13 @@ type SendOutput struct {
 	Detail        string   `json:"detail"`
 }
 
-// AckInput is ack's input.
+// AckInput is vigil_ack's input.
 type AckInput struct {
 	Caller
 	IDs []string `json:"ids" jsonschema:"ids of notifications that wait returned"`
 }
 
-// AckOutput is ack's result.
+// AckOutput is vigil_ack's result.
 type AckOutput struct {
 	Acknowledged []string `json:"acknowledged"`
 	Detail       string   `json:"detail"`
@@ -92,7 +93,7 @@ type TaskInput struct {
 	Task string `json:"task" jsonschema:"the task id, <session>/<task>"`
 }
 
-// TaskStatusOutput is task_status's result.
+// TaskStatusOutput is vigil_status's result.
 type TaskStatusOutput struct {
 	TaskInfo
 	Session       string        `json:"session"`
@@ -106,7 +107,7 @@ type TaskStatusOutput struct {
 	Budget vigil.Budget `json:"budget" jsonschema:"the session's budget; when it is spent runs end budget_exceeded"`
 }
 
-// OutputInput is task_output's input.
+// OutputInput is vigil_output's input.
 type OutputInput struct {
 	Caller
 	Task   string `json:"task" jsonschema:"the task id, <session>/<task>"`
@@ -114,7 +115,7 @@ type OutputInput struct {
 	Limit  int64  `json:"limit,omitempty" jsonschema:"bytes to read at most (65536)"`
 }
 
-// OutputOutput is task_output's result.
+// OutputOutput is vigil_output's result.
 type OutputOutput struct {
 	Task   string `json:"task"`
 	Kind   string `json:"kind" jsonschema:"agent: the agent's conversation as text; shell: the process's output"`
@@ -125,52 +126,58 @@ type OutputOutput struct {
 	Data   string `json:"data"`
 }
 
-// StopInput is stop_task's input.
-type StopInput struct {
-	Caller
-	Task  string `json:"task" jsonschema:"the task id, <session>/<task>"`
-	Close bool   `json:"close,omitempty" jsonschema:"instead, close a task that is not running for good: it leaves list_tasks and cannot be resumed (refused while it runs or has notifications you have not acknowledged)"`
-}
-
-// StopOutput is stop_task's result.
+// StopOutput is vigil_stop's result.
 type StopOutput struct {
 	TaskInfo
-	Outcome string `json:"outcome" jsonschema:"stopped, closed, or not-running"`
+	Outcome string `json:"outcome" jsonschema:"stopped, or not-running"`
 	Detail  string `json:"detail"`
 }
 
-// ListInput is list_tasks's input.
+// CloseOutput is vigil_close's result.
+type CloseOutput struct {
+	Task    string `json:"task"`
+	Agent   string `json:"agent,omitempty"`
+	Outcome string `json:"outcome" jsonschema:"closed, or already-closed"`
+	// Notifications are the task's notifications the caller had not
+	// acknowledged: closing delivers them here, and no wait returns them.
+	Notifications []Notification `json:"notifications" jsonschema:"the task's notifications you had not acknowledged: they are delivered here, and no wait returns them again"`
+	Stopped       bool           `json:"stopped,omitempty" jsonschema:"it was running: its run ended cancelled"`
+	Detail        string         `json:"detail"`
+}
+
+// ListInput is vigil_list's input.
 type ListInput struct {
 	Caller
 	IncludeClosed bool `json:"include_closed,omitempty" jsonschema:"list closed tasks too"`
 }
 
-// ListOutput is list_tasks's result.
+// ListOutput is vigil_list's result.
 type ListOutput struct {
-	Tasks    []TaskInfo `json:"tasks"`
+	Tasks    []TaskInfo `json:"tasks" jsonschema:"your tasks, oldest first"`
 	OwnerKey string     `json:"owner_key"`
+	Detail   string     `json:"detail"`
 }
 
-// QueueInput is queue_list's input.
+// QueueInput is vigil_queue's input.
 type QueueInput struct {
 	Caller
 	Task string `json:"task,omitempty" jsonschema:"only this task's session (default: all your open tasks)"`
 }
 
-// QueueOutput is queue_list's result.
+// QueueOutput is vigil_queue's result.
 type QueueOutput struct {
 	Items  []QueueItem   `json:"items"`
 	Status []QueueStatus `json:"status" jsonschema:"why each non-empty inbox is not draining"`
 	Held   []string      `json:"held,omitempty" jsonschema:"tasks whose session holds its user prompts"`
 }
 
-// CancelInput is queue_cancel's input.
+// CancelInput is vigil_queue_cancel's input.
 type CancelInput struct {
 	Caller
-	Item string `json:"item" jsonschema:"the item id from queue_list, <session>/<item>"`
+	Item string `json:"item" jsonschema:"the item id from vigil_queue, <session>/<item>"`
 }
 
-// HoldInput is hold's and resume's input.
+// HoldInput is vigil_hold's and vigil_resume's input.
 type HoldInput struct {
 	Caller
 	Task   string `json:"task" jsonschema:"the task whose session's user prompts to hold or release"`
@@ -205,7 +212,7 @@ func addTool[In keyed, Out any](s *Server, ms *mcp.Server, conn func(*mcp.CallTo
 		if err != nil {
 			return nil, zero, err
 		}
-		ctx, cancel := context.WithCancel(ctx)
+		ctx, cancel := context.WithCancel(context.WithValue(ctx, limitKey{}, limitFor(req.Extra, req.Session, s.limitOf)))
 		defer cancel()
 		stop := context.AfterFunc(s.ctx, cancel)
 		defer stop()
@@ -221,23 +228,35 @@ func addTool[In keyed, Out any](s *Server, ms *mcp.Server, conn func(*mcp.CallTo
 	})
 }
 
+// limitKey is the context key of the calling client's wait limit.
+type limitKey struct{}
+
+// limitFrom returns the calling client's wait limit.
+func limitFrom(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(limitKey{}).(time.Duration); ok && d > 0 {
+		return d
+	}
+	return DefaultClientWait
+}
+
 // addTools registers every tool on ms.
 func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string) {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)}
 	addTool(s, ms, conn, &mcp.Tool{
-		Name: "spawn_agent",
-		Description: "Start a durable background agent on a task and return its task id at once. " +
-			"When a run of it ends you get a notification (its reply): call wait to block until then. " +
-			"The agent and its notifications survive disconnects and restarts of vigil.",
+		Name: ToolSpawn,
+		Description: "Start a durable background agent (a vigil agent, not your built-in sub-agent) on a task and return its task id at once. " +
+			"Use it instead of your built-in sub-agent tool when the work may outlast this turn or this session, take longer than one tool call may, or must survive a restart. " +
+			"When a run of it ends you get a notification with its reply: call " + ToolWait + " to block until then. " +
+			"The agent and its notifications survive disconnects and restarts of vigil. A name is yours while its task is live; " + ToolClose + " frees it.",
 		InputSchema: schemaFor[SpawnInput](func(p map[string]*jsonschema.Schema) { p["prompt"].MinLength = ptr(1) }),
 		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
 	}, s.spawn)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name: "send_message",
-		Description: "Send a message to one of your agents (by task id or name), running or finished, and learn what happened to it: " +
+		Name: ToolSend,
+		Description: "Send a message to one of your vigil agents (by task id or name), running or finished, and learn what happened to it: " +
 			"joined (its running turn sees it at its next round), queued-behind-stop (it was finishing run N; run N+1 answers: two notifications), " +
 			"resumed (it was idle; a run started), rejected (with the reason), or pending (its model round is in flight: the message joins run N, or run N+1 answers). " +
-			"It returns at once, never waiting on the agent's model. The answer comes as a notification: call wait.",
+			"It returns at once, never waiting on the agent's model. The answer comes as a notification: call " + ToolWait + ".",
 		InputSchema: schemaFor[SendInput](func(p map[string]*jsonschema.Schema) {
 			p["message"].MinLength = ptr(1)
 			p["priority"].Enum = []any{"now", "next", "later"}
@@ -245,44 +264,46 @@ func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string
 		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
 	}, s.sendMessage)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name: "wait",
-		Description: "Block until a notification from your agents arrives, or the timeout passes, and return every notification you have not acknowledged " +
+		Name: ToolWait,
+		Description: "Block until a notification from your vigil agents arrives, or the timeout passes, and return every notification you have not acknowledged " +
 			"(each: key task#run, status, reply or exit code, the messages the run answered) and the tasks still running. " +
 			"Wait for one task, any of a list (tasks), or any of yours (no tasks). Pass the ids of the notifications the previous wait returned in ack: " +
-			"a notification is returned until acknowledged, and never after. Returns at once when nothing in scope is running.",
+			"a notification is returned until acknowledged, and never after. Returns at once when nothing in scope is running. " +
+			"A wait that returns with tasks still running and no notification (timed_out) is normal: call it again.",
 		InputSchema: schemaFor[WaitInput](func(p map[string]*jsonschema.Schema) {
 			p["timeout_seconds"].Minimum = ptr(0.0)
-			p["timeout_seconds"].Maximum = ptr(s.opts.MaxWait.Seconds())
+			p["timeout_seconds"].Maximum = ptr(maxWaitCap.Seconds())
 		}),
-		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
+		// Calling it again returns the same notifications: a bridge may.
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
 	}, s.wait)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "ack",
-		Description: "Acknowledge notifications that wait returned: they are delivered and no wait returns them again. Acknowledging twice is harmless. (wait's ack argument does the same.)",
+		Name:        ToolAck,
+		Description: "Acknowledge notifications that " + ToolWait + " returned: they are delivered and no wait returns them again. Acknowledging twice is harmless. (" + ToolWait + "'s ack argument does the same.)",
 		InputSchema: schemaFor[AckInput](nil),
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
 	}, s.ackTool)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "task_status",
-		Description: "Show one of your tasks: its state, its runs with their replies, its notifications (acknowledged or not), its queue and why a queue is not draining.",
+		Name:        ToolStatus,
+		Description: "Show one of your vigil tasks: its state, its runs with their replies, its notifications (acknowledged or not), its queue and why a queue is not draining.",
 		InputSchema: schemaFor[TaskInput](nil),
 		Annotations: readOnly,
 	}, s.taskStatus)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "pending_approvals",
-		Description: "List the permission requests your agents (and their subagents) wait on: the tool, the call, why it needs a person, and when it is denied if nobody answers.",
+		Name:        ToolApprovals,
+		Description: "List the permission requests your vigil agents (and their subagents) wait on: the tool, the call, why it needs a person, and when it is denied if nobody answers.",
 		InputSchema: schemaFor[PendingApprovalsInput](nil),
 		Annotations: readOnly,
 	}, s.pendingApprovals)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "approve",
-		Description: "Answer a permission request from pending_approvals: allow (once), always (allow, and add a session rule that allows the same call again) or deny (with a reason the agent reads).",
+		Name:        ToolApprove,
+		Description: "Answer a permission request from " + ToolApprovals + ": allow (once), always (allow, and add a session rule that allows the same call again) or deny (with a reason the agent reads).",
 		InputSchema: schemaFor[ApproveInput](func(p map[string]*jsonschema.Schema) { p["answer"].Enum = []any{"allow", "always", "deny"} }),
 		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
 	}, s.approve)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "task_output",
-		Description: "Read a task's output from a byte offset: an agent task's conversation as text, or a shell task's output. Returns next, the offset to read from next.",
+		Name:        ToolOutput,
+		Description: "Read a vigil task's output from a byte offset: an agent task's conversation as text, or a shell task's output. Returns next, the offset to read from next.",
 		InputSchema: schemaFor[OutputInput](func(p map[string]*jsonschema.Schema) {
 			p["offset"].Minimum = ptr(0.0)
 			p["limit"].Minimum = ptr(0.0)
@@ -291,40 +312,47 @@ func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string
 		Annotations: readOnly,
 	}, s.taskOutput)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name: "stop_task",
-		Description: "Stop the run in progress of one of your tasks (it ends cancelled, with a notification); send_message can resume it later. " +
-			"With close, close a finished task for good instead.",
-		InputSchema: schemaFor[StopInput](nil),
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		Name: ToolStop,
+		Description: "Stop the run in progress of one of your vigil tasks (it ends cancelled, with a notification); the task stays, and " + ToolSend + " can resume it later. " +
+			"To end a task for good and free its name, use " + ToolClose + ".",
+		InputSchema: schemaFor[TaskInput](nil),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.stopTask)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "list_tasks",
-		Description: "List your tasks with their state and how many of their notifications you have not acknowledged.",
+		Name: ToolClose,
+		Description: "End one of your vigil tasks for good: stop it if it runs (with its own agents and commands), free its name, and drop it from " + ToolList + ". " +
+			"It returns the notifications of the task you had not acknowledged, so nothing is lost unseen; no wait returns them again.",
+		InputSchema: schemaFor[TaskInput](nil),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.closeTask)
+	addTool(s, ms, conn, &mcp.Tool{
+		Name:        ToolList,
+		Description: "List your open vigil tasks, oldest first, with their state and how many of their notifications you have not acknowledged. Close the ended ones you no longer need with " + ToolClose + ".",
 		InputSchema: schemaFor[ListInput](nil),
 		Annotations: readOnly,
 	}, s.listTasks)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "queue_list",
-		Description: "List what is queued in the inboxes of your tasks' sessions (messages, prompts, your unacknowledged notifications) and why a non-empty inbox is not draining.",
+		Name:        ToolQueue,
+		Description: "List what is queued in the inboxes of your vigil tasks' sessions (messages, prompts, your unacknowledged notifications) and why a non-empty inbox is not draining.",
 		InputSchema: schemaFor[QueueInput](nil),
 		Annotations: readOnly,
 	}, s.queueList)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "queue_cancel",
-		Description: "Remove a queued prompt or continuation (from queue_list). Messages and notifications are always delivered and cannot be cancelled.",
+		Name:        ToolQueueCancel,
+		Description: "Remove a queued prompt or continuation (from " + ToolQueue + "). Messages and notifications are always delivered and cannot be cancelled.",
 		InputSchema: schemaFor[CancelInput](nil),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 	}, s.queueCancel)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name: "hold",
-		Description: "Hold the user prompts queued in a task's session (a person's prompts to you, e.g. from the web UI) until resume. " +
+		Name: ToolHold,
+		Description: "Hold the user prompts queued in a vigil task's session (a person's prompts to you, e.g. from the web UI) until " + ToolResume + ". " +
 			"Holds are for people's prompts only: notifications and messages between agents are never held.",
 		InputSchema: schemaFor[HoldInput](nil),
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
 	}, s.hold)
 	addTool(s, ms, conn, &mcp.Tool{
-		Name:        "resume",
-		Description: "Release the hold on a task's session's user prompts.",
+		Name:        ToolResume,
+		Description: "Release the hold on a vigil task's session's user prompts.",
 		InputSchema: schemaFor[HoldInput](nil),
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false), DestructiveHint: ptr(false)},
 	}, s.resume)
@@ -356,10 +384,14 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 	s.spawnMu.Lock()
 	defer s.spawnMu.Unlock()
 	if name != "" {
-		if _, _, task, err := s.findByName(ctx, owner, name); err == nil {
-			return SpawnOutput{}, fmt.Errorf("you have a task named %q already (%s); choose another name, or message it", name, task)
-		} else if !errors.Is(err, errNoTask) {
+		found, err := s.tasksNamed(ctx, owner, name)
+		if err != nil {
 			return SpawnOutput{}, err
+		}
+		for _, f := range found {
+			if f.live {
+				return SpawnOutput{}, fmt.Errorf("your task %s named %q is still live (working, or with notifications you have not acknowledged); choose another name, message it with %s, or end it with %s", f.task, name, ToolSend, ToolClose)
+			}
 		}
 	}
 	p := &vigil.SessionParams{
@@ -385,6 +417,9 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 	if p.Cwd == "" {
 		p.Cwd = s.opts.Cwd
 	}
+	if s.opts.ProjectRules != nil && p.Cwd != "" {
+		p.Permissions.Allow = append(slices.Clone(p.Permissions.Allow), s.opts.ProjectRules(filepath.Clean(p.Cwd))...)
+	}
 	sess, err := s.rt.CreateSession(ctx, p)
 	if err != nil {
 		return SpawnOutput{}, fmt.Errorf("spawn: %w", toolErr(err))
@@ -406,39 +441,88 @@ func (s *Server) spawn(ctx context.Context, owner string, in SpawnInput) (SpawnO
 	s.log.Info("mcp: agent spawned", "task", id, "name", name)
 	return SpawnOutput{
 		Task: id, Session: string(sid), Agent: name, OwnerKey: owner,
-		Detail: fmt.Sprintf("%s is running in the background as task %s. Call wait to block until it reports; pass the ids wait returns in the ack of your next wait.", name, id),
+		Detail: fmt.Sprintf("%s is running in the background as task %s. Call %s to block until it reports; pass the ids it returns in the ack of your next %s. %s ends it when you no longer need it.", name, id, ToolWait, ToolWait, ToolClose),
 	}, nil
 }
 
-// findByName finds the caller's open task whose agent has this name.
-func (s *Server) findByName(ctx context.Context, owner, name string) (session vigil.SessionID, agent vigil.AgentID, task string, err error) {
+// named is one of the caller's open tasks with a given name.
+type named struct {
+	session vigil.SessionID
+	agent   vigil.AgentID
+	task    string
+	live    bool
+	created time.Time
+}
+
+// tasksNamed returns the caller's open tasks whose agent has this name,
+// oldest first.
+func (s *Server) tasksNamed(ctx context.Context, owner, name string) ([]named, error) {
 	rows, err := s.sessions(ctx, owner, false)
 	if err != nil {
-		return "", "", "", err
+		return nil, err
 	}
-	var found []string
+	var found []named
 	for _, row := range rows {
-		v, err := s.owned(ctx, owner, row.ID, string(row.ID), 0)
+		v, err := s.owned(ctx, owner, row.ID, string(row.ID), needRuns)
 		if errors.Is(err, errNoTask) {
 			continue
 		}
 		if err != nil {
-			return "", "", "", err
+			return nil, err
 		}
 		for _, t := range v.callerTasks() {
 			if a := v.agents[t.Agent]; a != nil && a.Name == name && a.State != vigil.AgentClosed {
-				session, agent = row.ID, a.ID
-				found = append(found, globalID(v.id, string(t.ID)))
+				found = append(found, named{session: row.ID, agent: a.ID, task: globalID(v.id, string(t.ID)), live: v.live(t), created: a.Created})
 			}
 		}
 	}
-	switch len(found) {
-	case 0:
-		return "", "", "", fmt.Errorf("%w named %q (see list_tasks)", errNoTask, name)
-	case 1:
-		return session, agent, found[0], nil
+	slices.SortStableFunc(found, func(a, b named) int { return a.created.Compare(b.created) })
+	return found, nil
+}
+
+// live reports whether a caller's task is live: working, or with
+// notifications the caller has not acknowledged. Only live tasks hold
+// their names. It needs a view with needRuns.
+func (v *view) live(t *vigil.Task) bool {
+	switch {
+	case v.Session.Closed:
+		return false
+	case v.pendingOf(t.ID) > 0:
+		return true
 	}
-	return "", "", "", fmt.Errorf("more than one of your tasks has an agent named %q (%s); address it by task id", name, strings.Join(found, ", "))
+	if t.Kind == vigil.TaskShell {
+		return live(t)
+	}
+	return v.busy(v.agents[t.Agent])
+}
+
+// findByName finds the caller's task whose agent has this name: the live
+// one, else the newest that ended.
+func (s *Server) findByName(ctx context.Context, owner, name string) (session vigil.SessionID, agent vigil.AgentID, task string, err error) {
+	found, err := s.tasksNamed(ctx, owner, name)
+	if err != nil {
+		return "", "", "", err
+	}
+	var live []named
+	for _, f := range found {
+		if f.live {
+			live = append(live, f)
+		}
+	}
+	switch {
+	case len(live) == 1:
+		return live[0].session, live[0].agent, live[0].task, nil
+	case len(live) > 1:
+		ids := make([]string, len(live))
+		for i, f := range live {
+			ids[i] = f.task
+		}
+		return "", "", "", fmt.Errorf("more than one of your live tasks has an agent named %q (%s); address it by task id", name, strings.Join(ids, ", "))
+	case len(found) > 0:
+		f := found[len(found)-1]
+		return f.session, f.agent, f.task, nil
+	}
+	return "", "", "", fmt.Errorf("%w named %q (see %s)", errNoTask, name, ToolList)
 }
 
 func (s *Server) sendMessage(ctx context.Context, owner string, in SendInput) (SendOutput, error) {
@@ -543,10 +627,10 @@ func (v *view) sendView(m *vigil.Message) SendOutput {
 		if cur := v.msgs[m.ID]; cur != nil && cur.Detail != "" {
 			detail = cur.Detail
 		}
-		out.Detail = detail + " task_status shows the settled outcome; call wait for the answer."
+		out.Detail = detail + " " + ToolStatus + " shows the settled outcome; call " + ToolWait + " for the answer."
 	}
 	if o := vigil.Outcome(out.Outcome); o != vigil.OutcomeRejected && o != vigil.OutcomePending {
-		out.Detail += " Call wait for the answer."
+		out.Detail += " Call " + ToolWait + " for the answer."
 	}
 	return out
 }
@@ -618,7 +702,7 @@ func (s *Server) taskOutput(ctx context.Context, owner string, in OutputInput) (
 	return out, nil
 }
 
-func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (StopOutput, error) {
+func (s *Server) stopTask(ctx context.Context, owner string, in TaskInput) (StopOutput, error) {
 	ref, err := parseTask(in.Task)
 	if err != nil {
 		return StopOutput{}, err
@@ -631,32 +715,12 @@ func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (Stop
 	if t == nil {
 		return StopOutput{}, notFoundTask(in.Task)
 	}
-	closed, running := v.Session.Closed, false
-	if t.Kind == vigil.TaskShell {
-		running = live(t)
-	} else if a := v.agents[t.Agent]; a != nil {
-		running = a.Run != nil
-	}
-	var pending []string
-	for _, it := range v.callerItems(nil) {
-		pending = append(pending, v.itemView(it).ID)
-	}
 	out := StopOutput{Outcome: "not-running", Detail: "it was not running"}
-	switch {
-	case in.Close && !closed && running:
-		return StopOutput{}, errors.New("not closed: it is running; stop it first (stop_task without close), acknowledge the stop's notification (wait, then ack), then close it")
-	case in.Close && !closed && len(pending) > 0:
-		return StopOutput{}, fmt.Errorf("not closed: acknowledge its notifications first (%s: call wait, then ack), so that closing drops nothing", strings.Join(pending, ", "))
-	case in.Close && !closed:
-		if err := s.rt.CloseSession(ctx, ref.session, by); vigil.CodeOf(err) != "" && vigil.CodeOf(err) != vigil.CodeClosed {
-			return StopOutput{}, toolErr(err)
-		}
-		out.Outcome, out.Detail = "closed", "closed for good; it no longer appears in list_tasks"
-	case running && !closed:
+	if !v.Session.Closed && v.running(t) {
 		if err := s.rt.StopTask(ctx, ref.session, &vigil.StopTaskParams{Task: ref.task, By: by}); vigil.CodeOf(err) != "" && vigil.CodeOf(err) != vigil.CodeConflict {
 			return StopOutput{}, toolErr(err)
 		}
-		out.Outcome, out.Detail = "stopped", "its run was cancelled; its notification (status cancelled) comes through wait"
+		out.Outcome, out.Detail = "stopped", "its run was cancelled; its notification (status cancelled) comes through "+ToolWait+"; "+ToolSend+" resumes it, "+ToolClose+" ends it for good"
 	}
 	if v, err = s.owned(ctx, owner, ref.session, in.Task, needRuns); err != nil {
 		return StopOutput{}, err
@@ -667,12 +731,94 @@ func (s *Server) stopTask(ctx context.Context, owner string, in StopInput) (Stop
 	return out, nil
 }
 
+// running reports whether a task has a run (or a process) in progress.
+func (v *view) running(t *vigil.Task) bool {
+	if t.Kind == vigil.TaskShell {
+		return live(t)
+	}
+	a := v.agents[t.Agent]
+	return a != nil && a.Run != nil
+}
+
+// closeTask ends a caller's task for good: its session closes (which ends
+// the run in progress, the agent's own agents and commands), and the
+// notifications the caller had not acknowledged are returned, then
+// acknowledged, so that closing drops nothing unseen.
+func (s *Server) closeTask(ctx context.Context, owner string, in TaskInput) (CloseOutput, error) {
+	ref, err := parseTask(in.Task)
+	if err != nil {
+		return CloseOutput{}, err
+	}
+	v, err := s.owned(ctx, owner, ref.session, in.Task, needLists|needRuns)
+	if err != nil {
+		return CloseOutput{}, err
+	}
+	t := v.tasks[ref.task]
+	if t == nil {
+		return CloseOutput{}, notFoundTask(in.Task)
+	}
+	out := CloseOutput{Task: in.Task, Outcome: "already-closed", Notifications: []Notification{}, Detail: "it was closed already"}
+	if a := v.agents[t.Agent]; a != nil {
+		out.Agent = a.Name
+	}
+	if v.Session.Closed {
+		return out, nil
+	}
+	// What the caller had not acknowledged is delivered in this result:
+	// acknowledge it first, so that the close drops nothing unseen.
+	var ids []string
+	for _, it := range v.callerItems(nil) {
+		n := v.itemView(it)
+		out.Notifications = append(out.Notifications, n)
+		ids = append(ids, n.ID)
+	}
+	if _, err := s.ack(ctx, owner, ids); err != nil {
+		return CloseOutput{}, err
+	}
+	out.Stopped = v.running(t)
+	if err := s.rt.CloseSession(ctx, ref.session, by); vigil.CodeOf(err) != "" && vigil.CodeOf(err) != vigil.CodeClosed {
+		return CloseOutput{}, toolErr(err)
+	}
+	out.Outcome = "closed"
+	// A notification written between the read and the close (the stopped
+	// run's own, or one that was just finishing) was dropped by the close:
+	// it is delivered here too.
+	if after, err := s.owned(ctx, owner, ref.session, in.Task, needLists); err == nil {
+		for i := range after.Notifications {
+			n := &after.Notifications[i]
+			if n.Owner != vigil.MainAgent || n.Dropped == "" || v.notes[n.Key] != nil && v.notes[n.Key].Dropped != "" {
+				continue
+			}
+			if slices.Contains(ids, globalID(v.id, n.Key.String())) {
+				continue
+			}
+			out.Notifications = append(out.Notifications, after.itemView(&vigil.InboxItem{ID: n.Item, Kind: vigil.KindNotification, Note: &n.Key}))
+		}
+	}
+	var b strings.Builder
+	b.WriteString("closed for good")
+	if out.Stopped {
+		b.WriteString(": its run was stopped, with its own agents and commands")
+	}
+	if out.Agent != "" {
+		fmt.Fprintf(&b, "; the name %q is free again", out.Agent)
+	}
+	if n := len(out.Notifications); n > 0 {
+		fmt.Fprintf(&b, ". %d notification(s) you had not acknowledged are in this result, acknowledged now", n)
+	}
+	out.Detail = b.String() + "."
+	s.log.Info("mcp: task closed", "task", in.Task, "stopped", out.Stopped, "delivered", len(out.Notifications))
+	return out, nil
+}
+
 func (s *Server) listTasks(ctx context.Context, owner string, in ListInput) (ListOutput, error) {
 	rows, err := s.sessions(ctx, owner, in.IncludeClosed)
 	if err != nil {
 		return ListOutput{}, err
 	}
 	out := ListOutput{Tasks: []TaskInfo{}, OwnerKey: owner}
+	var started []time.Time
+	ended := 0
 	for _, row := range rows {
 		v, err := s.owned(ctx, owner, row.ID, string(row.ID), needRuns)
 		if errors.Is(err, errNoTask) {
@@ -683,7 +829,29 @@ func (s *Server) listTasks(ctx context.Context, owner string, in ListInput) (Lis
 		}
 		for _, t := range v.callerTasks() {
 			out.Tasks = append(out.Tasks, v.taskView(t))
+			started = append(started, t.Started)
+			if !v.Session.Closed && !v.live(t) {
+				ended++
+			}
 		}
+	}
+	idx := make([]int, len(out.Tasks))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return started[a].Compare(started[b]) })
+	sorted := make([]TaskInfo, len(idx))
+	for i, j := range idx {
+		sorted[i] = out.Tasks[j]
+	}
+	out.Tasks = sorted
+	switch {
+	case len(out.Tasks) == 0:
+		out.Detail = "You have no open tasks."
+	case ended > 0:
+		out.Detail = fmt.Sprintf("%d task(s), oldest first; %d of them ended with nothing left to acknowledge: close those you no longer need with %s (they close by themselves after a while).", len(out.Tasks), ended, ToolClose)
+	default:
+		out.Detail = fmt.Sprintf("%d task(s), oldest first.", len(out.Tasks))
 	}
 	return out, nil
 }
@@ -732,7 +900,7 @@ func (s *Server) queueList(ctx context.Context, owner string, in QueueInput) (Qu
 func (s *Server) queueCancel(ctx context.Context, owner string, in CancelInput) (DoneOutput, error) {
 	sess, item, ok := strings.Cut(strings.TrimSpace(in.Item), "/")
 	if !ok || sess == "" || item == "" {
-		return DoneOutput{}, fmt.Errorf("bad item id %q: want <session>/<item> as queue_list returned it", in.Item)
+		return DoneOutput{}, fmt.Errorf("bad item id %q: want <session>/<item> as vigil_queue returned it", in.Item)
 	}
 	sid := vigil.SessionID(sess)
 	v, err := s.owned(ctx, owner, sid, in.Item, 0)
@@ -742,7 +910,7 @@ func (s *Server) queueCancel(ctx context.Context, owner string, in CancelInput) 
 	if !slices.ContainsFunc(v.Agents, func(a vigil.Agent) bool {
 		return slices.ContainsFunc(a.Inbox, func(it vigil.InboxItem) bool { return it.ID == vigil.ItemID(item) })
 	}) {
-		return DoneOutput{}, fmt.Errorf("no queued item %q (it was taken, cancelled, or never existed; see queue_list)", in.Item)
+		return DoneOutput{}, fmt.Errorf("no queued item %q (it was taken, cancelled, or never existed; see vigil_queue)", in.Item)
 	}
 	if err := s.rt.CancelItem(ctx, sid, &vigil.CancelItemParams{Item: vigil.ItemID(item), By: by}); err != nil {
 		return DoneOutput{}, toolErr(err)

@@ -13,7 +13,7 @@ import (
 // Notification is one item of the caller's inbox: most often the
 // notification that a run of one of its tasks ended.
 type Notification struct {
-	ID         string            `json:"id" jsonschema:"pass it in ack (of your next wait, or the ack tool) to acknowledge it; until then every wait returns it again"`
+	ID         string            `json:"id" jsonschema:"pass it in ack (of your next vigil_wait, or vigil_ack) to acknowledge it; until then every wait returns it again"`
 	Kind       string            `json:"kind" jsonschema:"notification (a run of your task ended), message (an agent wrote to you) or prompt (a person wrote to you)"`
 	Task       string            `json:"task,omitempty" jsonschema:"the task, <session>/<task>"`
 	Key        string            `json:"key,omitempty" jsonschema:"the notification's unique key, <session>/<task>#<run>: one notification per run"`
@@ -84,7 +84,7 @@ type QueueItem struct {
 	From        string `json:"from,omitempty"`
 	Text        string `json:"text,omitempty"`
 	Held        bool   `json:"held,omitempty" jsonschema:"held by a hold of the session's user prompts"`
-	Cancellable bool   `json:"cancellable,omitempty" jsonschema:"queue_cancel can remove it (prompts and continuations; messages and notifications are always delivered)"`
+	Cancellable bool   `json:"cancellable,omitempty" jsonschema:"vigil_queue_cancel can remove it (prompts and continuations; messages and notifications are always delivered)"`
 	Enqueued    string `json:"enqueued"`
 }
 
@@ -241,7 +241,7 @@ func (v *view) taskView(t *vigil.Task) TaskInfo {
 		tv.Detail = "its run ended; tasks of its own are still running, and it wakes (and notifies you again) when they finish"
 	default:
 		tv.State = "idle"
-		tv.Detail = "finished; send_message resumes it"
+		tv.Detail = "finished; " + ToolSend + " resumes it, " + ToolClose + " ends it"
 	}
 	return tv
 }
@@ -337,7 +337,7 @@ func (v *view) queueStatus() []QueueStatus {
 		q := QueueStatus{Agent: is.Name, Items: is.Items, Held: is.Held, Draining: is.Draining, Reason: is.Reason, ClearsOn: is.ClearsOn}
 		if is.Agent == vigil.MainAgent {
 			q.Agent = "you"
-			q.Reason = "your notifications wait until you acknowledge them (wait, then ack)"
+			q.Reason = "your notifications wait until you acknowledge them (" + ToolWait + ", then its ack)"
 		} else if a := v.agents[is.Agent]; a != nil && a.Task != "" {
 			q.Task = globalID(v.id, string(a.Task))
 		}
@@ -347,7 +347,7 @@ func (v *view) queueStatus() []QueueStatus {
 }
 
 // renderTranscript writes an agent's conversation as plain text: what
-// task_output pages through for an agent task.
+// vigil_output pages through for an agent task.
 func renderTranscript(transcript []chat.Message) string {
 	var b strings.Builder
 	for _, m := range transcript {

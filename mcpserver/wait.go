@@ -12,20 +12,22 @@ import (
 	"github.com/vigilrun/vigil"
 )
 
-// WaitInput is wait's input.
+// WaitInput is vigil_wait's input.
 type WaitInput struct {
 	Caller
 	Tasks          []string `json:"tasks,omitempty" jsonschema:"wait for these tasks only (one, or any of a list); default: any of your tasks"`
-	TimeoutSeconds *int     `json:"timeout_seconds,omitempty" jsonschema:"how long to block when nothing is there yet (default 120); 0 returns at once"`
+	TimeoutSeconds *int     `json:"timeout_seconds,omitempty" jsonschema:"how long to block when nothing is there yet, in seconds (default 120, and never longer than this client allows); 0 returns at once"`
 	Ack            []string `json:"ack,omitempty" jsonschema:"ids of notifications a previous wait returned, to acknowledge first: they are never returned again"`
 }
 
-// WaitOutput is wait's result.
+// WaitOutput is vigil_wait's result.
 type WaitOutput struct {
 	Notifications []Notification `json:"notifications" jsonschema:"every notification in scope you have not acknowledged, oldest first"`
 	Running       []TaskInfo     `json:"running" jsonschema:"the tasks in scope that are still working: more notifications will come from them"`
 	Acknowledged  []string       `json:"acknowledged,omitempty" jsonschema:"the ids of ack, now acknowledged"`
-	TimedOut      bool           `json:"timed_out" jsonschema:"the timeout passed with nothing new"`
+	TimedOut      bool           `json:"timed_out" jsonschema:"the timeout passed with nothing new: call vigil_wait again while tasks run"`
+	Waited        int            `json:"waited_seconds,omitempty" jsonschema:"with timed_out: how long it blocked"`
+	Capped        bool           `json:"capped,omitempty" jsonschema:"the timeout asked for was longer than this client allows: it returned at the client's limit"`
 	Detail        string         `json:"detail"`
 }
 
@@ -45,10 +47,12 @@ type snap struct {
 }
 
 func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutput, error) {
-	timeout := s.opts.DefaultWait
+	limit := limitFrom(ctx)
+	timeout := min(s.opts.DefaultWait, limit)
 	if in.TimeoutSeconds != nil {
-		timeout = min(time.Duration(*in.TimeoutSeconds)*time.Second, s.opts.MaxWait)
+		timeout = min(time.Duration(max(*in.TimeoutSeconds, 0))*time.Second, limit)
 	}
+	capped := in.TimeoutSeconds != nil && time.Duration(*in.TimeoutSeconds)*time.Second > limit
 	sc := scope{all: len(in.Tasks) == 0, tasks: map[vigil.SessionID]map[vigil.TaskID]bool{}}
 	for _, id := range in.Tasks {
 		ref, err := parseTask(id)
@@ -124,6 +128,10 @@ func (s *Server) wait(ctx context.Context, owner string, in WaitInput) (WaitOutp
 		out := gather(order, snaps)
 		if len(out.Notifications) > 0 || len(out.Running) == 0 || timedOut {
 			out.Acknowledged, out.TimedOut = acked, timedOut && len(out.Notifications) == 0
+			if out.TimedOut {
+				out.Waited = int(timeout / time.Second)
+				out.Capped = capped
+			}
 			return s.finish(owner, out), nil
 		}
 		// Block: watch every session in scope from the position read, so
@@ -200,17 +208,19 @@ func (s *Server) finish(owner string, out WaitOutput) WaitOutput {
 	var b strings.Builder
 	switch n := len(out.Notifications); {
 	case n > 0:
-		fmt.Fprintf(&b, "%d notification(s). Pass their ids in the ack of your next wait (or call ack).", n)
+		fmt.Fprintf(&b, "%d notification(s). Pass their ids in the ack of your next %s (or call %s).", n, ToolWait, ToolAck)
 		if repeats > 0 {
 			fmt.Fprintf(&b, " %d of them were returned before and not acknowledged.", repeats)
 		}
+	case out.TimedOut && out.Capped:
+		fmt.Fprintf(&b, "Nothing arrived in %d s, the longest this client lets a tool call block.", out.Waited)
 	case out.TimedOut:
-		b.WriteString("Nothing arrived before the timeout.")
+		fmt.Fprintf(&b, "Nothing arrived in %d s.", out.Waited)
 	default:
 		b.WriteString("Nothing is waiting for you.")
 	}
 	if len(out.Running) > 0 {
-		fmt.Fprintf(&b, " %d task(s) still running: wait again for them.", len(out.Running))
+		fmt.Fprintf(&b, " %d task(s) still running: call %s again for them (this is normal, nothing failed).", len(out.Running), ToolWait)
 	} else {
 		b.WriteString(" Nothing in scope is running.")
 	}
@@ -252,7 +262,7 @@ func (s *Server) look(ctx context.Context, owner string, session vigil.SessionID
 
 func (s *Server) ackTool(ctx context.Context, owner string, in AckInput) (AckOutput, error) {
 	if len(in.IDs) == 0 {
-		return AckOutput{}, errors.New("ids is empty: give the ids of notifications that wait returned")
+		return AckOutput{}, errors.New("ids is empty: give the ids of notifications that " + ToolWait + " returned")
 	}
 	acked, err := s.ack(ctx, owner, in.IDs)
 	if err != nil {
@@ -273,7 +283,7 @@ func (s *Server) ack(ctx context.Context, owner string, ids []string) ([]string,
 	for _, id := range ids {
 		sid, local, ok := strings.Cut(strings.TrimSpace(id), "/")
 		if !ok || sid == "" || local == "" {
-			return nil, fmt.Errorf("bad notification id %q in ack: give the id as wait returned it, e.g. k3v9x2m4pq/t1#2", id)
+			return nil, fmt.Errorf("bad notification id %q in ack: give the id as %s returned it, e.g. k3v9x2m4pq/t1#2", id, ToolWait)
 		}
 		if _, ok := bySession[vigil.SessionID(sid)]; !ok {
 			order = append(order, vigil.SessionID(sid))

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -42,8 +43,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// signalContext ends at SIGINT or SIGTERM, as the vigil command's does.
 func signalContext() (context.Context, context.CancelFunc) {
-	return context.WithCancel(context.Background())
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // child runs `vigil args...` as a process of its own.

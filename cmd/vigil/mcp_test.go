@@ -6,12 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 }
 
 // TestMCPStdioKillRestart runs the exactly-once scenario against 'vigil mcp
-// --data DIR' over stdio, kills it with SIGKILL while an agent's run is in
+// --standalone --data DIR' over stdio, kills it with SIGKILL while an agent's run is in
 // flight, starts it again on the same directory and reconnects with the
 // same owner key (the owner_key argument): every notification arrives
 // once, and the store holds exactly those, all delivered.
@@ -108,7 +110,7 @@ func TestMCPStdioKillRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	args := []string{"--data", dir, "--provider", "script", "--script", mcpScenario(t)}
+	args := []string{"--standalone", "--data", dir, "--provider", "script", "--script", mcpScenario(t)}
 	owner := newKey(t)
 	cs, cmd := startMCP(t, ctx, args...)
 	res := mcptest.ExactlyOnce(ctx, t, mcptest.Scenario{
@@ -289,6 +291,169 @@ func TestMCPBridgeNeedsServer(t *testing.T) {
 	code := runMain(context.Background(), e, []string{"mcp", "--server", "127.0.0.1:1", "--token", "x"})
 	if code == 0 || !strings.Contains(errb.String(), "cannot reach vigil") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if out.Len() != 0 {
+		t.Errorf("wrote to stdout (the protocol's): %q", out.String())
+	}
+}
+
+// stopDaemon kills the background server of a data directory, if one
+// runs, and returns its pid.
+func stopDaemon(t *testing.T, dir string) int {
+	t.Helper()
+	rec, err := readServeRecord(dir)
+	if err != nil {
+		return 0
+	}
+	if p, err := os.FindProcess(rec.PID); err == nil {
+		_ = p.Kill()
+	}
+	// Reap nothing: it is not our child. Wait until it is gone.
+	for i := 0; i < 500 && syscall.Kill(rec.PID, 0) == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return rec.PID
+}
+
+// TestMCPDaemonKillRestart runs the exactly-once scenario through the
+// default 'vigil mcp': a bridge to the background server it starts. The
+// server is killed with SIGKILL in the middle; the bridge starts it again
+// at the next call, and nothing is lost or repeated.
+func TestMCPDaemonKillRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	t.Cleanup(func() { stopDaemon(t, dir) })
+	args := []string{"--data", dir, "--provider", "script", "--script", mcpScenario(t)}
+	owner := newKey(t)
+	cs, _ := startMCP(t, ctx, append(args, "--owner", owner)...)
+	first, err := readServeRecord(dir)
+	if err != nil {
+		t.Fatalf("no background server after vigil mcp started: %v", err)
+	}
+	res := mcptest.ExactlyOnce(ctx, t, mcptest.Scenario{
+		Client: &mcptest.Client{CS: cs},
+		Restart: func() *mcptest.Client {
+			if pid := stopDaemon(t, dir); pid != first.PID {
+				t.Fatalf("killed %d, want the server %d", pid, first.PID)
+			}
+			return &mcptest.Client{CS: cs}
+		},
+	})
+	second, err := readServeRecord(dir)
+	if err != nil || second.PID == first.PID {
+		t.Fatalf("the bridge did not start the server again: %v %+v", err, second)
+	}
+	cs.Close()
+	stopDaemon(t, dir)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vigil.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mcptest.CheckStore(ctx, t, st, owner, res.Collector.Keys())
+}
+
+// TestMCPDaemonOutlivesTheClient: an agent spawned through 'vigil mcp'
+// keeps working after the client exits (the bridge ends; the background
+// server does not), and the next client run in the same project (no
+// --owner: the project's key) gets its notification.
+func TestMCPDaemonOutlivesTheClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir, project := t.TempDir(), t.TempDir()
+	t.Cleanup(func() { stopDaemon(t, dir) })
+	args := []string{"--data", dir, "--provider", "script", "--script", mcpScenario(t)}
+	start := func() (*mcptest.Client, *exec.Cmd) {
+		cmd := vigilCmd(t, &lockedBuf{}, append([]string{"mcp"}, args...)...)
+		cmd.Dir = project
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("start vigil mcp: %v", err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return &mcptest.Client{CS: cs}, cmd
+	}
+	c, cmd := start()
+	sp, err := c.Spawn(ctx, "slow", "the long job") // its run takes 2 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mcpserver.ProjectKey(project); sp.OwnerKey != want {
+		t.Errorf("owner key %q, want the project's %q", sp.OwnerKey, want)
+	}
+	// The client exits at once, as a 'codex exec' that is done would.
+	if err := c.CS.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ps := cmd.ProcessState; ps == nil || !ps.Success() {
+		t.Fatalf("vigil mcp did not exit cleanly when its client left: %v", ps)
+	}
+	rec, err := readServeRecord(dir)
+	if err != nil || syscall.Kill(rec.PID, 0) != nil {
+		t.Fatalf("the background server is gone with the client: %v", err)
+	}
+	// The agent finishes meanwhile, with no client: the server writes its
+	// notification.
+	token := readToken(t, dir)
+	session, _, _ := strings.Cut(sp.Task, "/")
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, rec.URL+"/api/sessions/"+session, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("read the session from the server: %v", err)
+		}
+		var d struct {
+			Notifications int `json:"notifications"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Notifications > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the agent did not finish while no client ran")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c2, _ := start()
+	var w mcpserver.WaitOutput
+	if err := c2.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 30}, &w); err != nil || len(w.Notifications) != 1 ||
+		w.Notifications[0].Task != sp.Task || !strings.Contains(w.Notifications[0].Reply, "slow: done with the long job") {
+		t.Fatalf("the next client run's wait: %v %+v", err, w)
+	}
+}
+
+// TestMCPNoProvider: without a model provider, vigil mcp exits at once
+// with a message that tells each client how to give it one (Codex's
+// env_vars above all: Codex passes an MCP server no variable it does not
+// list), and starts no background server.
+func TestMCPNoProvider(t *testing.T) {
+	var out, errb bytes.Buffer
+	dir := t.TempDir()
+	e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "HOME" || k == "XDG_CONFIG_HOME" {
+			return dir
+		}
+		return ""
+	}}
+	code := runMain(context.Background(), e, []string{"mcp", "--data", filepath.Join(dir, "data")})
+	msg := errb.String()
+	if code == 0 {
+		t.Fatalf("exit 0; stderr %q", msg)
+	}
+	for _, want := range []string{"claude mcp add vigil -e ANTHROPIC_API_KEY", `env_vars = ["ANTHROPIC_API_KEY"`, "[mcp_servers.vigil]", "other clients"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the message does not say %q:\n%s", want, msg)
+		}
+	}
+	if _, err := readServeRecord(filepath.Join(dir, "data")); err == nil {
+		t.Error("a background server was started without a provider")
 	}
 	if out.Len() != 0 {
 		t.Errorf("wrote to stdout (the protocol's): %q", out.String())

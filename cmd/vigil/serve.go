@@ -31,6 +31,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	allowHost := fs.String("allow-host", "", "comma-separated host names the API also answers to (a proxy's name; with --allow-remote, the machine's); * for any")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --addr (the bearer token is then all that guards the machine; put TLS in front)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish at shutdown")
+	retention := fs.Duration("mcp-retention", 24*time.Hour, "close an MCP caller's session whose tasks have all ended and been acknowledged after this long (0: never)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	var pf providerFlags
 	pf.register(fs)
@@ -106,8 +107,13 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 			return c.SaveRule(dir, rule)
 		}
 	}
+	ret := *retention
+	if ret == 0 {
+		ret = -1 // never
+	}
 	mcpSrv := mcpserver.New(rt, &mcpserver.Options{
 		Logger: logger, Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Permissions: defaults.Permissions,
+		ProjectRules: defaults.ProjectRules, Retention: ret,
 	})
 	// At shutdown the MCP waits in flight end first, so that they do not
 	// hold the graceful shutdown for their whole timeout.
@@ -118,6 +124,12 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		AllowedHosts: strings.FieldsFunc(*allowHost, func(r rune) bool { return r == ',' || r == ' ' })})
 
 	base := "http://" + ln.Addr().String()
+	// Where this server listens, for 'vigil mcp' to find it.
+	unrecord, err := writeServeRecord(dataDir, base)
+	if err != nil {
+		return err
+	}
+	defer unrecord()
 	fmt.Fprintf(e.stdout, "vigil serving on %s (API %s/api/, MCP %s/mcp, metrics %s/metrics)\n", base, base, base, base)
 	if created {
 		fmt.Fprintf(e.stdout, "new API token (shown this once; kept in %s):\n  %s\n", tokenPath, token)

@@ -72,14 +72,14 @@ func (c *Client) Call(ctx context.Context, tool string, args map[string]any, out
 // Spawn calls spawn_agent.
 func (c *Client) Spawn(ctx context.Context, name, prompt string) (mcpserver.SpawnOutput, error) {
 	var out mcpserver.SpawnOutput
-	err := c.Call(ctx, "spawn_agent", map[string]any{"name": name, "prompt": prompt}, &out)
+	err := c.Call(ctx, mcpserver.ToolSpawn, map[string]any{"name": name, "prompt": prompt}, &out)
 	return out, err
 }
 
 // Send calls send_message for a task.
 func (c *Client) Send(ctx context.Context, task, msg string) (mcpserver.SendOutput, error) {
 	var out mcpserver.SendOutput
-	err := c.Call(ctx, "send_message", map[string]any{"task": task, "message": msg}, &out)
+	err := c.Call(ctx, mcpserver.ToolSend, map[string]any{"task": task, "message": msg}, &out)
 	return out, err
 }
 
@@ -109,7 +109,7 @@ func (col *Collector) Wait(ctx context.Context, c *Client, tasks []string, timeo
 		args["ack"] = col.Pending
 	}
 	var out mcpserver.WaitOutput
-	if err := c.Call(ctx, "wait", args, &out); err != nil {
+	if err := c.Call(ctx, mcpserver.ToolWait, args, &out); err != nil {
 		return out, err
 	}
 	col.Pending = nil
@@ -128,7 +128,7 @@ func (col *Collector) Flush(ctx context.Context, c *Client) error {
 	if len(col.Pending) == 0 {
 		return nil
 	}
-	if err := c.Call(ctx, "ack", map[string]any{"ids": col.Pending}, nil); err != nil {
+	if err := c.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": col.Pending}, nil); err != nil {
 		return err
 	}
 	col.Pending = nil
@@ -207,7 +207,7 @@ func ExactlyOnce(ctx context.Context, t testing.TB, sc Scenario) Result {
 		t.Fatalf("slow#1 not read before the kill: %v", col.Keys())
 	}
 	var st mcpserver.TaskStatusOutput
-	if err := c.Call(ctx, "task_status", map[string]any{"task": res.Tasks["slow"]}, &st); err != nil {
+	if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": res.Tasks["slow"]}, &st); err != nil {
 		t.Fatalf("task_status: %v", err)
 	}
 	t.Logf("restarting vigil; slow is %s: %s", st.State, st.Detail)
@@ -252,7 +252,7 @@ func ExactlyOnce(ctx context.Context, t testing.TB, sc Scenario) Result {
 	}
 	// A wait now returns nothing: acknowledged is never again.
 	var after mcpserver.WaitOutput
-	if err := c.Call(ctx, "wait", map[string]any{"timeout_seconds": 0}, &after); err != nil || len(after.Notifications) != 0 {
+	if err := c.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 0}, &after); err != nil || len(after.Notifications) != 0 {
 		t.Errorf("a wait after everything was acknowledged: %v %+v", err, after)
 	}
 	return res
