@@ -135,7 +135,15 @@ func (a *actor) start() {
 // interrupted. Requests still queued are not stepped: their callers get
 // errRuntimeDone, their effect outcomes are recovered at the next start.
 func (a *actor) stop() {
+	a.askStop()
+	<-a.done
+}
+
+// askStop is stop without the wait: done is closed once the actor has
+// stopped.
+func (a *actor) askStop() {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if !a.stopped {
 		a.stopped = true
 		if a.room != nil {
@@ -144,8 +152,17 @@ func (a *actor) stop() {
 		}
 		a.holdLocked() // the shutdown runs on the actor's goroutine
 	}
-	a.mu.Unlock()
+}
+
+// releaseLease gives up the lease of a stopped actor that did not lose it,
+// so that the next owner takes the session over at once (a clean stop).
+// Call it only once the actor is done: nothing may be written under the
+// epoch after.
+func (a *actor) releaseLease() {
 	<-a.done
+	if !a.moved {
+		a.rt.giveUp(a.lease, errRuntimeDone)
+	}
 }
 
 // holdLocked starts a goroutine to hold the actor unless one holds it.

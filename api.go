@@ -121,7 +121,9 @@ func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Se
 		return nil, errRuntimeDone
 	}
 	r.actors[id] = nil
+	r.inflight.Add(1) // Close waits for it: its lease is released below
 	r.mu.Unlock()
+	defer r.inflight.Done()
 	created := false
 	defer func() {
 		if !created {
@@ -147,12 +149,15 @@ func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Se
 	}
 	if _, err := a.commit(ctx, out.Events); err != nil {
 		a.cancel()
+		r.giveUpIfClosing(lease, err)
 		return nil, fmt.Errorf("create session: %w", storeDown(err))
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		// Created, but Close did not see it: the next runtime resumes it.
 		a.cancel()
+		r.giveUp(lease, errRuntimeDone)
 		return nil, errRuntimeDone
 	}
 	r.actors[id] = a

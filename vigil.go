@@ -122,9 +122,13 @@ type Runtime struct {
 	queueWaits atomic.Int64
 	// takeovers are the takeovers in progress.
 	takeovers map[core.SessionID]*takeover
-	allSubs   *fanout
-	iso       Isolation
-	sandbox   sandbox.Report
+	// inflight counts the creations and takeovers in progress; each Add is
+	// made under mu while the runtime is open, so Close, which waits for
+	// them, sees every lease they acquired given up.
+	inflight sync.WaitGroup
+	allSubs  *fanout
+	iso      Isolation
+	sandbox  sandbox.Report
 }
 
 // Open starts a runtime on a store and takes over every open session in it:
@@ -262,7 +266,10 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 				_, err := r.adopt(ctx, id)
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
-				case errors.Is(err, errRuntimeDone):
+				case errors.Is(err, errRuntimeDone), r.closing():
+					// The runtime closes: a takeover it cut short is no
+					// failure.
+					r.log.Debug("takeover ended by Close", "session", id, "err", err)
 					done.Store(true)
 				case errors.Is(err, store.ErrLeaseHeld):
 					r.log.Debug("session owned by a live node; not taken over", "session", id, "err", err)
@@ -279,10 +286,17 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if failed != nil {
+	if failed != nil && !r.closing() {
 		r.log.Warn("some sessions were not taken over", "err", failed)
 	}
 	return nil
+}
+
+// closing reports whether Close was called.
+func (r *Runtime) closing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
 }
 
 // takeover is a takeover in progress, for the requests that wait for it.
@@ -309,7 +323,9 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 	r.actors[id] = nil // reserved while it is taken over
 	t := &takeover{done: make(chan struct{})}
 	r.takeovers[id] = t
+	r.inflight.Add(1)
 	r.mu.Unlock()
+	defer r.inflight.Done()
 	a, err := r.takeOver(ctx, id)
 	r.mu.Lock()
 	closed := r.closed
@@ -323,7 +339,10 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 	close(t.done)
 	r.mu.Unlock()
 	if err == nil && closed {
+		// Close did not see this actor: it stops here, and its lease is
+		// given up as Close gives up the others'.
 		a.stop()
+		a.releaseLease()
 		return nil, errRuntimeDone
 	}
 	return a, err
@@ -336,15 +355,16 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	lease, err := r.st.LeaseAcquire(ctx, p)
 	var held *store.LeaseHeldError
 	if errors.As(err, &held) && nodeGone(held.Owner) {
-		r.log.Warn("taking over a session whose owner died", "session", id, "owner", held.Owner)
 		p.Steal = held.Owner
 		lease, err = r.st.LeaseAcquire(ctx, p)
 	}
 	if err != nil {
 		return nil, err
 	}
+	r.logTakeover(id, lease, p.Steal)
 	s, err := loadState(ctx, r.st, string(id))
 	if err != nil {
+		r.giveUpIfClosing(lease, err)
 		return nil, err
 	}
 	a := r.newActor(id, s, lease)
@@ -352,12 +372,54 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1})
 	if _, err := a.commit(ctx, out.Events); err != nil {
 		a.cancel()
+		r.giveUpIfClosing(lease, err)
 		return nil, fmt.Errorf("commit recovery: %w", err)
 	}
 	r.log.Info("session recovered", "session", id, "seq", s.Seq, "events", len(out.Events))
 	a.after(out.Events, out.Effects)
 	a.start()
 	return a, nil
+}
+
+// logTakeover says whose session a takeover took and why it could: its
+// owner stopped cleanly and released the lease (an ordinary resume, at
+// info), or died (a process of this host that is gone: the lease was
+// stolen from it, or had expired), or stopped renewing it (another host's
+// lease ran out: a crash, a partition or a long pause), at warn. This
+// node's own lease that lapsed (a store outage) or a session's first lease
+// says nothing more than "session recovered".
+func (r *Runtime) logTakeover(id core.SessionID, l *store.Lease, stolen string) {
+	switch {
+	case stolen != "":
+		r.log.Warn("taking over a session whose owner died", "session", id, "owner", stolen)
+	case l.Released:
+		r.log.Info("resuming a session stopped cleanly", "session", id, "previous_owner", l.Previous)
+	case l.Previous == "" || l.Previous == r.opts.Node:
+	case nodeGone(l.Previous):
+		r.log.Warn("taking over a session whose owner died", "session", id, "owner", l.Previous, "lease", "expired")
+	default:
+		r.log.Warn("taking over a session whose owner stopped renewing its lease", "session", id, "owner", l.Previous)
+	}
+}
+
+// giveUpIfClosing gives up the lease of a takeover or a creation that
+// failed because Close cut it short, which would otherwise look like a
+// crash to the next owner. One that failed otherwise (the store failing)
+// keeps it until it expires, as before: a takeover retries it.
+func (r *Runtime) giveUpIfClosing(l *store.Lease, why error) {
+	if r.closing() {
+		r.giveUp(l, why)
+	}
+}
+
+// giveUp releases a lease this runtime acquired and will write nothing
+// under. Best effort: a lease it cannot release expires.
+func (r *Runtime) giveUp(l *store.Lease, why error) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := store.ReleaseOne(ctx, r.st, l.Session, l.Owner, l.Epoch); err != nil {
+		r.log.Debug("could not release the lease of a session not taken; it expires", "session", l.Session, "why", why, "err", err)
+	}
 }
 
 // loadState rebuilds a session from its newest snapshot and the events
@@ -522,9 +584,13 @@ func (r *Runtime) renewAll() {
 }
 
 // Close stops every session actor after the step in progress, cancels the
-// effects in flight (their sessions recover them at the next start) and
-// leaves the store consistent. It does not close the store. Safe to call
-// twice.
+// effects in flight (their sessions recover them at the next start),
+// leaves the store consistent and releases the sessions' leases, so that
+// the next runtime on the store, of this host or another, resumes them at
+// once (a clean stop, not a crash). A store that does not answer holds
+// Close up at most stopTimeout for the sessions' last writes and
+// releaseTimeout for the releases; the leases it did not release expire.
+// It does not close the store. Safe to call twice.
 func (r *Runtime) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -540,17 +606,97 @@ func (r *Runtime) Close() error {
 	}
 	r.mu.Unlock()
 	close(r.loopStop)
-	for _, a := range actors {
-		a.stop()
-	}
+	r.stopActors(actors)
 	r.cancel()
 	r.wg.Wait()
+	// Every actor has stopped and made its last write: no write follows
+	// a release under its epoch.
+	r.releaseLeases(actors)
 	r.allSubs.closeAll()
 	if r.iso.Containment.Cgroups {
 		// The sessions' commands have ended; their empty groups go.
 		shell.RemoveEmptyCgroups(r.iso.Containment.Root)
 	}
 	return nil
+}
+
+const (
+	// stopTimeout bounds how long Close waits for the sessions' last
+	// steps and writes; then their store calls are cancelled.
+	stopTimeout = 10 * time.Second
+	// releaseTimeout bounds Close's lease release, and the wait for the
+	// creations and takeovers in progress whose leases it releases too.
+	releaseTimeout = 5 * time.Second
+)
+
+// stopActors stops the actors, all at once (their commands end side by
+// side, not one session after another). Those not stopped after
+// stopTimeout (a store that does not answer their step's write) have
+// their store calls cancelled, and are waited for then.
+func (r *Runtime) stopActors(actors []*actor) {
+	for _, a := range actors {
+		a.askStop()
+	}
+	t := time.NewTimer(stopTimeout)
+	defer t.Stop()
+	cancelled := false
+	for _, a := range actors {
+		if !cancelled {
+			select {
+			case <-a.done:
+				continue
+			case <-t.C:
+				cancelled = true
+				r.log.Warn("sessions did not stop in time; cancelling what they wait for (their store writes)", "waited", stopTimeout)
+				r.cancel()
+			}
+		}
+		<-a.done
+	}
+}
+
+// releaseLeases gives up the leases of the stopped actors (the moved ones
+// hold none) in one LeaseRelease call, then waits, within the same bound,
+// for the creations and takeovers in progress, which give their leases up
+// themselves. What is not released within releaseTimeout expires
+// (LeaseTTL); that is logged at warn.
+func (r *Runtime) releaseLeases(actors []*actor) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	refs := make([]store.LeaseRef, 0, len(actors))
+	for _, a := range actors {
+		if !a.moved { // read after the actor stopped: it writes moved no more
+			refs = append(refs, store.LeaseRef{Session: string(a.id), Epoch: a.lease.Epoch})
+		}
+	}
+	if len(refs) > 0 {
+		// In the order the stores lock leases in.
+		slices.SortFunc(refs, func(x, y store.LeaseRef) int { return strings.Compare(x.Session, y.Session) })
+		errc := make(chan error, 1)
+		go func() { errc <- r.st.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: r.opts.Node, Leases: refs}) }()
+		var err error
+		select {
+		case err = <-errc:
+		case <-ctx.Done():
+			err = fmt.Errorf("the store did not answer within %s: %w", releaseTimeout, ctx.Err())
+		}
+		if err != nil {
+			r.log.Warn("could not release the sessions' leases; they expire", "sessions", len(refs), "expire_within", r.leaseTTL, "err", err)
+		} else {
+			r.log.Info("released the sessions' leases", "sessions", len(refs), "took", time.Since(start))
+		}
+	}
+	inflight := make(chan struct{})
+	go func() {
+		r.inflight.Wait()
+		close(inflight)
+	}()
+	select {
+	case <-inflight:
+	case <-ctx.Done():
+		r.log.Warn("sessions being created or taken over did not end in time; their leases expire", "waited", releaseTimeout)
+	}
 }
 
 // actor returns the session's actor here: the running one, the one a

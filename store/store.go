@@ -74,6 +74,14 @@ type Lease struct {
 	Owner   string
 	Epoch   int64
 	Expires time.Time
+	// Previous is the owner that held the lease before this acquisition
+	// ("" for a session's first lease), and Released says it gave the
+	// lease up (LeaseRelease: a clean stop) rather than letting it expire
+	// or losing it to Steal. LeaseAcquire sets them, for the successor to
+	// tell a clean stop from a crash; they are informational (two
+	// acquisitions racing may see a holder a moment old) and fence nothing.
+	Previous string
+	Released bool
 }
 
 // LeaseAcquireParams asks for a session's lease.
@@ -133,11 +141,12 @@ type LeaseRenewResult struct {
 	Lost []string
 }
 
-// LeaseReleaseParams gives a lease up.
+// LeaseReleaseParams gives up leases one owner holds, in one statement: a
+// node that stops releases all its sessions' leases at once, not one write
+// per session.
 type LeaseReleaseParams struct {
-	Session string
-	Owner   string
-	Epoch   int64
+	Owner  string
+	Leases []LeaseRef
 }
 
 // EventAppendParams appends a step's events and the projection rows they
@@ -204,7 +213,12 @@ type Store interface {
 	// at once, and reports the ones it lost. An error means none was
 	// renewed.
 	LeaseRenew(ctx context.Context, p *LeaseRenewParams) (*LeaseRenewResult, error)
-	// LeaseRelease gives the lease up; a lost lease is not an error.
+	// LeaseRelease gives up the leases Owner holds at their epochs: any
+	// owner may acquire them at once (its Lease says Released, with this
+	// owner as Previous), and Owner can no longer renew them. The epochs
+	// stay, so the caller must make no write under them after. A lease
+	// Owner lost, or named at an epoch that is not its own, is left as it
+	// is; that is not an error.
 	LeaseRelease(ctx context.Context, p *LeaseReleaseParams) error
 
 	// EventAppend appends records whose Seq continue the session's log
@@ -239,6 +253,11 @@ type Store interface {
 
 	// Close releases the store's resources. Safe to call twice.
 	Close() error
+}
+
+// ReleaseOne gives up one lease through LeaseRelease.
+func ReleaseOne(ctx context.Context, s Store, session, owner string, epoch int64) error {
+	return s.LeaseRelease(ctx, &LeaseReleaseParams{Owner: owner, Leases: []LeaseRef{{Session: session, Epoch: epoch}}})
 }
 
 // RenewOne renews one lease through LeaseRenew: the lease it now is, or

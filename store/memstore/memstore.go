@@ -7,9 +7,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/vigilrun/vigil/store"
 )
@@ -45,7 +47,7 @@ func New() *Store {
 }
 
 // FailWrites makes every later write — appends, snapshots, lease
-// acquisitions and renewals — fail with err (nil to heal).
+// acquisitions, renewals and releases — fail with err (nil to heal).
 func (m *Store) FailWrites(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -75,6 +77,9 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 	}
 	nl := store.Lease{Session: p.Session, Owner: p.Owner, Epoch: l.Epoch + 1, Expires: p.Now.Add(p.TTL)}
 	m.leases[p.Session] = nl
+	// A stored lease's Released says it was released; the one returned
+	// says so of its predecessor.
+	nl.Previous, nl.Released = l.Owner, l.Released
 	return &nl, nil
 }
 
@@ -91,7 +96,7 @@ func (m *Store) LeaseRenew(_ context.Context, p *store.LeaseRenewParams) (*store
 	res := &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
 	for _, ref := range p.Leases {
 		l, ok := m.leases[ref.Session]
-		if !ok || l.Owner != p.Owner || l.Epoch != ref.Epoch {
+		if !ok || l.Owner != p.Owner || l.Epoch != ref.Epoch || l.Released {
 			res.Lost = append(res.Lost, ref.Session)
 			continue
 		}
@@ -109,10 +114,17 @@ func (m *Store) LeaseRelease(_ context.Context, p *store.LeaseReleaseParams) err
 	if err := m.check("release lease"); err != nil {
 		return err
 	}
-	if l := m.leases[p.Session]; l.Owner == p.Owner && l.Epoch == p.Epoch {
-		l.Expires = l.Expires.AddDate(-100, 0, 0)
-		l.Owner = ""
-		m.leases[p.Session] = l
+	if m.fail != nil {
+		return fmt.Errorf("release %d leases: %w", len(p.Leases), m.fail)
+	}
+	for _, ref := range p.Leases {
+		if l := m.leases[ref.Session]; l.Owner == p.Owner && l.Epoch == ref.Epoch && !l.Released {
+			// Expired for every clock; the owner stays, for the next
+			// acquisition to report.
+			l.Expires = time.Unix(0, math.MinInt64).UTC()
+			l.Released = true
+			m.leases[ref.Session] = l
+		}
 	}
 	return nil
 }

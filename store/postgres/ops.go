@@ -49,10 +49,15 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 	err := s.tx(ctx, "acquire lease of "+p.Session, func(tx pgx.Tx) error {
 		l = nil
 		var epoch int64
-		err := tx.QueryRow(ctx, `INSERT INTO leases (session, owner, epoch, expires) VALUES ($1, $2, 1, $3)
+		// prev is the row as the statement's snapshot holds it: the holder
+		// before (who, and whether it released the lease).
+		var prev *string
+		var prevExp *int64
+		err := tx.QueryRow(ctx, `WITH prev AS (SELECT owner, expires FROM leases WHERE session = $1)
+			INSERT INTO leases (session, owner, epoch, expires) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
 			WHERE leases.owner = excluded.owner OR leases.expires <= $4 OR ($5 <> '' AND leases.owner = $5)
-			RETURNING epoch`, p.Session, p.Owner, expires, now, p.Steal).Scan(&epoch)
+			RETURNING epoch, (SELECT owner FROM prev), (SELECT expires FROM prev)`, p.Session, p.Owner, expires, now, p.Steal).Scan(&epoch, &prev, &prevExp)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var owner string
 			var exp *int64
@@ -65,6 +70,10 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 			return err
 		}
 		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL)}
+		if prev != nil {
+			l.Previous = *prev
+		}
+		l.Released = prevExp != nil && *prevExp == releasedMark
 		return nil
 	})
 	if err != nil {
@@ -92,9 +101,9 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 		rows, err := tx.Query(ctx, `WITH held AS (
 				SELECT l.session FROM leases l JOIN unnest($3::text[], $4::bigint[]) AS r (session, epoch)
 					ON l.session = r.session AND l.epoch = r.epoch
-				WHERE l.owner = $2 ORDER BY l.session FOR UPDATE OF l)
+				WHERE l.owner = $2 AND l.expires <> $5 ORDER BY l.session FOR UPDATE OF l)
 			UPDATE leases SET expires = $1 FROM held WHERE leases.session = held.session
-			RETURNING leases.session`, expires, p.Owner, sessions, epochs)
+			RETURNING leases.session`, expires, p.Owner, sessions, epochs, releasedMark)
 		if err != nil {
 			return err
 		}
@@ -121,11 +130,30 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 	return res, nil
 }
 
-// LeaseRelease implements store.Store.
+// releasedMark is the expiry of a released lease: expired for every
+// clock, and told apart from a lease that ran out. The row keeps its
+// owner, so the next LeaseAcquire reports who released it.
+const releasedMark = int64(math.MinInt64)
+
+// LeaseRelease implements store.Store: one UPDATE for all the leases.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
-	return s.tx(ctx, "release lease of "+p.Session, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE leases SET owner = '', expires = $1 WHERE session = $2 AND owner = $3 AND epoch = $4`,
-			int64(math.MinInt64), p.Session, p.Owner, p.Epoch)
+	if len(p.Leases) == 0 {
+		return nil
+	}
+	sessions, epochs := make([]string, len(p.Leases)), make([]int64, len(p.Leases))
+	for i, ref := range p.Leases {
+		sessions[i], epochs[i] = ref.Session, ref.Epoch
+	}
+	return s.tx(ctx, fmt.Sprintf("release %d leases of %s", len(p.Leases), p.Owner), func(tx pgx.Tx) error {
+		// The rows are locked in session order, as the writer and the
+		// renewal lock them, so that a release and a group cannot
+		// deadlock.
+		_, err := tx.Exec(ctx, `WITH held AS (
+				SELECT l.session FROM leases l JOIN unnest($3::text[], $4::bigint[]) AS r (session, epoch)
+					ON l.session = r.session AND l.epoch = r.epoch
+				WHERE l.owner = $2 ORDER BY l.session FOR UPDATE OF l)
+			UPDATE leases SET expires = $1 FROM held WHERE leases.session = held.session`,
+			releasedMark, p.Owner, sessions, epochs)
 		return err
 	})
 }

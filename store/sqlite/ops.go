@@ -47,24 +47,28 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 	}
 	err := s.write(ctx, "acquire lease of "+p.Session, func(w *writer) error {
 		l = nil
+		// The holder before, read in the same transaction as the upsert
+		// (the writer's): who it was and whether it released the lease.
+		var prev string
+		var prevExp sql.NullInt64
+		err := w.scan(`SELECT owner, expires FROM leases WHERE session = ?`, []any{p.Session}, &prev, &prevExp)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		var epoch int64
-		err := w.scan(`INSERT INTO leases (session, owner, epoch, expires) VALUES (?, ?, 1, ?)
+		err = w.scan(`INSERT INTO leases (session, owner, epoch, expires) VALUES (?, ?, 1, ?)
 			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
 			WHERE leases.owner = excluded.owner OR leases.expires <= ? OR (? <> '' AND leases.owner = ?)
 			RETURNING epoch`, []any{p.Session, p.Owner, expires, now, p.Steal, p.Steal}, &epoch)
 		if errors.Is(err, sql.ErrNoRows) {
-			var owner string
-			var exp sql.NullInt64
-			if err := w.scan(`SELECT owner, expires FROM leases WHERE session = ?`, []any{p.Session}, &owner, &exp); err != nil {
-				return err
-			}
-			return &store.LeaseHeldError{Session: p.Session, Owner: owner, Expires: fromNanos(exp)}
+			return &store.LeaseHeldError{Session: p.Session, Owner: prev, Expires: fromNanos(prevExp)}
 		}
 		if err != nil {
 			return err
 		}
 		w.g.rows++
-		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL)}
+		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL),
+			Previous: prev, Released: prevExp.Valid && prevExp.Int64 == releasedMark}
 		return nil
 	})
 	if err != nil {
@@ -91,8 +95,8 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 		renewed := make(map[string]bool, len(p.Leases))
 		for chunk := range slices.Chunk(p.Leases, renewChunk) {
 			q := renewQuery(len(chunk))
-			args := make([]any, 0, 2+2*len(chunk))
-			args = append(args, expires, p.Owner)
+			args := make([]any, 0, 3+2*len(chunk))
+			args = append(args, expires, p.Owner, releasedMark)
 			for _, ref := range chunk {
 				args = append(args, ref.Session, ref.Epoch)
 			}
@@ -124,16 +128,41 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 }
 
 func renewQuery(n int) string {
-	return valuesQuery(`UPDATE leases SET expires = ? WHERE owner = ? AND (session, epoch) IN (VALUES `, 2, n) + `) RETURNING session`
+	return valuesQuery(`UPDATE leases SET expires = ? WHERE owner = ? AND expires <> ? AND (session, epoch) IN (VALUES `, 2, n) + `) RETURNING session`
 }
 
-// LeaseRelease implements store.Store.
+// releasedMark is the expiry of a released lease: expired for every
+// clock, and told apart from a lease that ran out. The row keeps its
+// owner, so the next LeaseAcquire reports who released it.
+const releasedMark = int64(math.MinInt64)
+
+// LeaseRelease implements store.Store: one UPDATE per 500 leases, all in
+// one transaction.
 func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
-	return s.write(ctx, "release lease of "+p.Session, func(w *writer) error {
-		_, err := w.exec(`UPDATE leases SET owner = '', expires = ? WHERE session = ? AND owner = ? AND epoch = ?`,
-			int64(math.MinInt64), p.Session, p.Owner, p.Epoch)
-		return err
+	if len(p.Leases) == 0 {
+		return nil
+	}
+	return s.write(ctx, fmt.Sprintf("release %d leases of %s", len(p.Leases), p.Owner), func(w *writer) error {
+		for chunk := range slices.Chunk(p.Leases, renewChunk) {
+			args := make([]any, 0, 2+2*len(chunk))
+			args = append(args, releasedMark, p.Owner)
+			for _, ref := range chunk {
+				args = append(args, ref.Session, ref.Epoch)
+			}
+			res, err := w.exec(releaseQuery(len(chunk)), args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err == nil {
+				w.g.rows += n
+			}
+		}
+		return nil
 	})
+}
+
+func releaseQuery(n int) string {
+	return valuesQuery(`UPDATE leases SET expires = ? WHERE owner = ? AND (session, epoch) IN (VALUES `, 2, n) + `)`
 }
 
 // fence fails with ErrFenced unless epoch is the session's lease epoch; a

@@ -295,7 +295,7 @@ func testClose(t *testing.T, s store.Store) {
 	check("LeaseAcquire", err)
 	_, err = s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", Leases: []store.LeaseRef{{Session: "s", Epoch: l.Epoch}}, TTL: ttl, Now: base})
 	check("LeaseRenew", err)
-	check("LeaseRelease", s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "A", Epoch: l.Epoch}))
+	check("LeaseRelease", s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "A", Leases: []store.LeaseRef{{Session: "s", Epoch: l.Epoch}}}))
 	_, err = s.EventAppend(ctx, &store.EventAppendParams{Session: "s", Epoch: l.Epoch, Records: recs("s", 2, 1, "x")})
 	check("EventAppend", err)
 	_, err = s.EventList(ctx, &store.EventListParams{Session: "s"})

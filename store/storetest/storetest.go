@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NoteUnique", testNoteUnique},
 		{"Lease", testLease},
 		{"LeaseSteal", testLeaseSteal},
+		{"LeaseRelease", testLeaseRelease},
 		{"LeaseRenewMany", testLeaseRenewMany},
 		{"ProjectionOnly", testProjectionOnly},
 		{"Fencing", testFencing},
@@ -484,17 +485,17 @@ func testLease(t *testing.T, s store.Store) {
 	}
 
 	// Releasing a lost lease is not an error and releases nothing.
-	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "A", Epoch: 1}); err != nil {
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "A", Leases: []store.LeaseRef{{Session: "s", Epoch: 1}}}); err != nil {
 		t.Fatalf("release of a lost lease: %v", err)
 	}
-	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "B", Epoch: 2}); err != nil {
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "B", Leases: []store.LeaseRef{{Session: "s", Epoch: 2}}}); err != nil {
 		t.Fatalf("release by a stale epoch: %v", err)
 	}
 	_, err = acq("A", at(75*time.Second))
 	wantErr(t, "A after stale releases", err, store.ErrLeaseHeld)
 
 	// Release, then anyone acquires at once.
-	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "s", Owner: "B", Epoch: 3}); err != nil {
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "B", Leases: []store.LeaseRef{{Session: "s", Epoch: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	a4, err := acq("A", at(76*time.Second))
@@ -599,6 +600,113 @@ func testLeaseSteal(t *testing.T, s store.Store) {
 	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "y"), nil)
 }
 
+// testLeaseRelease: a released lease is free at once for any owner,
+// without Steal or waiting, and the acquisition says it was released and
+// by whom; an expired or stolen one says who held it and that it was not
+// released. The releaser cannot renew it any more, even before anyone
+// takes it; releasing a lease lost or at a stale epoch is not an error and
+// releases nothing. One call releases many leases.
+func testLeaseRelease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	release := func(what, sess, owner string, epoch int64) {
+		t.Helper()
+		if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: owner, Leases: []store.LeaseRef{{Session: sess, Epoch: epoch}}}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	want := func(what string, l *store.Lease, owner string, epoch int64, prev string, released bool) {
+		t.Helper()
+		if l.Owner != owner || l.Epoch != epoch || l.Previous != prev || l.Released != released {
+			t.Fatalf("%s: lease %+v, want owner %s epoch %d previous %q released %v", what, l, owner, epoch, prev, released)
+		}
+	}
+	a := acquire(t, s, "s", "A", base)
+	want("first lease", a, "A", 1, "", false)
+
+	// Released: B takes it at once, long before A's expiry.
+	release("release by the holder", "s", "A", a.Epoch)
+	if _, err := store.RenewOne(ctx, s, "s", "A", a.Epoch, ttl, base.Add(time.Second)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("renew of a released lease, nobody took it: %v, want ErrFenced", err)
+	}
+	b := acquire(t, s, "s", "B", base.Add(2*time.Second))
+	want("B after A released", b, "B", 2, "A", true)
+	if !b.Expires.Equal(base.Add(2*time.Second + ttl)) {
+		t.Fatalf("B's lease expires %v, want %v", b.Expires, base.Add(2*time.Second+ttl))
+	}
+
+	// A released lease it lost, again and at a stale epoch: no error, and
+	// B keeps it.
+	release("second release by A", "s", "A", a.Epoch)
+	release("release by B at a stale epoch", "s", "B", a.Epoch)
+	_, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "C", TTL: ttl, Now: base.Add(3 * time.Second)})
+	wantErr(t, "C while B holds after stale releases", err, store.ErrLeaseHeld)
+	var held *store.LeaseHeldError
+	if !errors.As(err, &held) || held.Owner != "B" {
+		t.Fatalf("lease held error = %#v, want owner B", err)
+	}
+	if r, err := store.RenewOne(ctx, s, "s", "B", b.Epoch, ttl, base.Add(3*time.Second)); err != nil || r.Epoch != b.Epoch {
+		t.Fatalf("B renews after the stale releases: %+v, %v", r, err)
+	}
+
+	// Expired, not released: C says B held it and did not release it.
+	c := acquire(t, s, "s", "C", base.Add(3*time.Second+ttl))
+	want("C after B's lease expired", c, "C", 3, "B", false)
+
+	// Stolen: the robbed owner is the previous one, not released.
+	d, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "s", Owner: "D", TTL: ttl, Now: base.Add(4*time.Second + ttl), Steal: "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("D stealing from C", d, "D", 4, "C", false)
+
+	// The releaser itself may take it back; then the releaser is the
+	// previous owner.
+	release("release by D", "s", "D", d.Epoch)
+	d2 := acquire(t, s, "s", "D", base.Add(5*time.Second+ttl))
+	want("D again after its release", d2, "D", 5, "D", true)
+	if _, err := store.RenewOne(ctx, s, "s", "D", d2.Epoch, ttl, base.Add(6*time.Second+ttl)); err != nil {
+		t.Fatalf("renew of the lease taken back: %v", err)
+	}
+
+	// A session whose lease was never held: nothing to release.
+	release("release of a session never leased", "never", "A", 1)
+	want("first lease after a release of nothing", acquire(t, s, "never", "B", base), "B", 1, "", false)
+
+	// Many at once, more than one statement's worth in a backend that
+	// chunks: the ones A holds at their epochs are released; one at a
+	// stale epoch, one B holds and one never leased are left as they are.
+	const n = 1200
+	refs := make([]store.LeaseRef, 0, n+1)
+	for i := range n {
+		l := acquire(t, s, fmt.Sprintf("m%04d", i), "A", base)
+		refs = append(refs, store.LeaseRef{Session: l.Session, Epoch: l.Epoch})
+	}
+	refs[1].Epoch++
+	acquire(t, s, "held-by-b", "B", base)
+	refs = append(refs, store.LeaseRef{Session: "held-by-b", Epoch: 1}, store.LeaseRef{Session: "never-leased", Epoch: 1})
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "A", Leases: refs}); err != nil {
+		t.Fatalf("release of %d leases: %v", len(refs), err)
+	}
+	now := base.Add(time.Second)
+	for i := range n {
+		sess := fmt.Sprintf("m%04d", i)
+		l, err := s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: sess, Owner: "C", TTL: ttl, Now: now})
+		if i == 1 {
+			wantErr(t, "C taking the lease named at a stale epoch", err, store.ErrLeaseHeld)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("C after A released %d leases at once: %s: %v", n, sess, err)
+		}
+		want("C after the release of many", l, "C", 2, "A", true)
+	}
+	_, err = s.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: "held-by-b", Owner: "C", TTL: ttl, Now: now})
+	wantErr(t, "C taking B's lease A named", err, store.ErrLeaseHeld)
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "A"}); err != nil {
+		t.Fatalf("release of no lease: %v", err)
+	}
+}
+
 // testLeaseRenewMany renews many leases of one owner at once: the ones it
 // still holds at their epochs are extended, and every other is reported
 // lost, whoever holds it now.
@@ -617,7 +725,7 @@ func testLeaseRenewMany(t *testing.T, s store.Store) {
 	}
 	refs[2].Epoch++
 	refs[3] = store.LeaseRef{Session: "never-leased", Epoch: 1}
-	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Session: "r0004", Owner: "A", Epoch: refs[4].Epoch}); err != nil {
+	if err := s.LeaseRelease(ctx, &store.LeaseReleaseParams{Owner: "A", Leases: []store.LeaseRef{{Session: "r0004", Epoch: refs[4].Epoch}}}); err != nil {
 		t.Fatal(err)
 	}
 	now := base.Add(10 * time.Second)
