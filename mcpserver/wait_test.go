@@ -1,34 +1,14 @@
 package mcpserver
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/provider"
-	"github.com/vigilrun/vigil/provider/script"
-	"github.com/vigilrun/vigil/store/memstore"
 )
 
 // TestWaitSeesNewSpawns: a wait over all of the caller's tasks that is
 // blocked on one task wakes for a task spawned after it blocked.
 func TestWaitSeesNewSpawns(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sc, err := script.Load("testdata/agents.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := vigil.Open(ctx, vigil.Options{Store: memstore.New(), Providers: map[string]provider.Provider{"script": script.New(sc, nil)},
-		DefaultProvider: "script", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	srv := New(rt, &Options{Owner: "me"})
-	defer srv.Close()
+	srv, _, ctx := newTestServer(t, Options{Owner: "me"})
 	blocked := make(chan struct{}, 8)
 	srv.onBlock = func(string) { blocked <- struct{}{} }
 	slow, err := srv.spawn(ctx, "me", SpawnInput{Name: "slow", Prompt: "x"})

@@ -187,7 +187,8 @@ or name a provider in ~/.config/vigil/config.yaml, or pass --provider script --s
 // than buried in the server's log; when a server runs already, it is used
 // as it is.
 func mcpDaemon(ctx context.Context, e *env, fs *flag.FlagSet, pf *providerFlags, sf *storeFlags, dir string, retention time.Duration, logger *slog.Logger) (*daemon, error) {
-	args := []string{"--addr", "127.0.0.1:0", "--data", dir, "--mcp-retention", retention.String()}
+	// Its stdout is a log file: the token stays in <data>/token only.
+	args := []string{"--addr", "127.0.0.1:0", "--data", dir, "--mcp-retention", retention.String(), "--show-token=false"}
 	var bad error
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

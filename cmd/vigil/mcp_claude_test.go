@@ -22,18 +22,22 @@ const claudeSkip = "SKIP: the Claude Code end-to-end MCP test needs the real CLI
 
 // claudeCLI returns $VIGIL_CLAUDE, or skips the test loudly (fails it
 // under VIGIL_TEST_STRICT=1).
-func claudeCLI(t *testing.T) string {
+func claudeCLI(t *testing.T) string { return externalCLI(t, "VIGIL_CLAUDE", claudeSkip) }
+
+// externalCLI returns the path the environment variable names, or skips
+// the test loudly with why (fails it under VIGIL_TEST_STRICT=1).
+func externalCLI(t *testing.T, variable, why string) string {
 	t.Helper()
-	p := os.Getenv("VIGIL_CLAUDE")
+	p := os.Getenv(variable)
 	if p == "" {
-		fmt.Fprintln(os.Stderr, "\n**********\n"+claudeSkip+"\n**********")
+		fmt.Fprintln(os.Stderr, "\n**********\n"+why+"\n**********")
 		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatal(claudeSkip)
+			t.Fatal(why)
 		}
-		t.Skip(claudeSkip)
+		t.Skip(why)
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("VIGIL_CLAUDE=%s: %v", p, err)
+		t.Fatalf("%s=%s: %v", variable, p, err)
 	}
 	return p
 }
@@ -284,6 +288,21 @@ func TestMCPClaudeCode(t *testing.T) {
 		t.Errorf("owner key %q, want the project's %q", key, mcpserver.ProjectKey(ce.project))
 	}
 	waitNotified(t, ctx, ce.data, worker)
+	// Claude Code was listed the wait that fits it: an hour.
+	listed := false
+	for _, r := range ce.api.Requests() {
+		for _, tl := range r.Tools {
+			if tl.Name == "mcp__vigil__"+mcpserver.ToolWait {
+				listed = true
+				if !strings.Contains(tl.Description, "at most 3600 seconds") {
+					t.Errorf("Claude Code's vigil_wait does not fit it: %s", tl.Description)
+				}
+			}
+		}
+	}
+	if !listed {
+		t.Error("Claude Code was never listed vigil_wait")
+	}
 
 	// 2. The next run in the project gets the reply, closes the worker and
 	// reuses its name.
@@ -308,8 +327,12 @@ func TestMCPClaudeCode(t *testing.T) {
 	if field(r2[3].content, "agent") != "worker" {
 		t.Errorf("run 2's spawn under the freed name: %s", r2[3].content)
 	}
-	if log := fileTail(filepath.Join(ce.data, "daemon.log"), 1<<20); strings.Contains(log, "level=ERROR") || strings.Contains(log, "owner died") {
+	log := fileTail(filepath.Join(ce.data, "daemon.log"), 1<<20)
+	if strings.Contains(log, "level=ERROR") || strings.Contains(log, "owner died") {
 		t.Errorf("the background server logged errors in normal use:\n%s", log)
+	}
+	if token := readToken(t, ce.data); strings.Contains(log, token) {
+		t.Error("the background server's log holds its API token")
 	}
 
 	// 3. Kill the background server while the wait blocks.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -395,32 +394,7 @@ func TestMCPDaemonOutlivesTheClient(t *testing.T) {
 	}
 	// The agent finishes meanwhile, with no client: the server writes its
 	// notification.
-	token := readToken(t, dir)
-	session, _, _ := strings.Cut(sp.Task, "/")
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, rec.URL+"/api/sessions/"+session, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("read the session from the server: %v", err)
-		}
-		var d struct {
-			Notifications int `json:"notifications"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&d)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Notifications > 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the agent did not finish while no client ran")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitNotified(t, ctx, dir, sp.Task)
 	c2, _ := start()
 	var w mcpserver.WaitOutput
 	if err := c2.Call(ctx, mcpserver.ToolWait, map[string]any{"timeout_seconds": 30}, &w); err != nil || len(w.Notifications) != 1 ||

@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,7 +229,8 @@ func agentModel(r *providertest.Request) (providertest.Reply, bool) {
 			continue
 		}
 		if res := r.LastUser(); len(res.Content) == 0 || res.Content[0].Type != chat.BlockToolResult {
-			return providertest.Answer(providertest.ToolUse("toolu_sleep", "Bash", fmt.Sprintf(`{"command":"sleep %s"}`, secs))), true
+			n, _ := strconv.Atoi(secs)
+			return providertest.Answer(providertest.ToolUse("toolu_sleep", "Bash", fmt.Sprintf(`{"command":"sleep %d","timeout":%d}`, n, (n+60)*1000))), true
 		}
 		break
 	}
@@ -324,4 +327,178 @@ func TestMCPGenericStdio(t *testing.T) {
 	if s := stderr.String(); strings.Contains(s, "level=ERROR") || strings.Contains(s, "level=WARN") {
 		t.Errorf("vigil mcp logged warnings or errors on a normal exit:\n%s", s)
 	}
+}
+
+const codexSkip = "SKIP: the Codex end-to-end MCP test needs the real CLI: run .ci/codex.sh and set VIGIL_CODEX to the path it prints"
+
+// codexCLI returns $VIGIL_CODEX, or skips the test loudly (fails it under
+// VIGIL_TEST_STRICT=1).
+func codexCLI(t *testing.T) string { return externalCLI(t, "VIGIL_CODEX", codexSkip) }
+
+// TestMCPCodex gives the real Codex CLI vigil as the README's config.toml
+// snippet configures it (verbatim, after the fake model provider's
+// section), and runs three 'codex exec' turns in one project:
+//
+//  1. the model spawns a worker on a 400-second job and ends its turn;
+//     Codex exits, and the worker goes on in vigil's background server;
+//  2. the next run waits for it across Codex's 300 s tool-call limit: its
+//     first wait (asked for 400 s) returns at vigil's 270 s as a normal
+//     result that says to wait again, and its second returns the reply;
+//     the model sees no error;
+//  3. it closes the worker and spawns a new "worker" under the freed name.
+func TestMCPCodex(t *testing.T) {
+	t.Parallel()
+	cli := codexCLI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	home, project, codexHome := t.TempDir(), t.TempDir(), t.TempDir()
+	data := filepath.Join(home, ".local", "share", "vigil")
+	t.Cleanup(func() {
+		stopDaemon(t, data)
+		if t.Failed() {
+			t.Logf("daemon.log:\n%s", fileTail(filepath.Join(data, "daemon.log"), 8000))
+		}
+	})
+	vigilConfig(t, home)
+	bin := binDir(t, nil)
+	agents := providertest.NewAnthropic(t)
+	agents.Fallback(agentModel)
+	wait := func(res []string) map[string]any { return map[string]any{"timeout_seconds": 400} }
+	drv := newDriver(t, func(tool string) string { return "mcp__vigil__" + tool }, map[string][]step{
+		"#c1": {
+			{tool: mcpserver.ToolSpawn, args: func([]string) map[string]any {
+				return map[string]any{"name": "worker", "prompt": "sleep 400\nthe long job"}
+			}},
+			{text: "The worker is on it."},
+		},
+		"#c2": {
+			{tool: mcpserver.ToolWait, args: wait},
+			{tool: mcpserver.ToolWait, args: wait},
+			{text: "The worker reported back."},
+		},
+		"#c3": {
+			{tool: mcpserver.ToolList},
+			{tool: mcpserver.ToolClose, args: func(res []string) map[string]any {
+				var l mcpserver.ListOutput
+				_ = json.Unmarshal([]byte(jsonPart(res[0])), &l)
+				if len(l.Tasks) == 0 {
+					return map[string]any{"task": "none"}
+				}
+				return map[string]any{"task": l.Tasks[0].Task}
+			}},
+			{tool: mcpserver.ToolSpawn, args: func([]string) map[string]any { return map[string]any{"name": "worker", "prompt": "the next job"} }},
+			{text: "A new worker is on it."},
+		},
+	})
+	api := providertest.NewResponses(t)
+	api.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
+		if reply, ok := drv.next(r.Messages); ok {
+			return reply, true
+		}
+		return providertest.TextAnswer("ok"), true
+	})
+	config := fmt.Sprintf(`model = "gpt-test"
+model_provider = "fake"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.fake]
+name = "fake"
+base_url = %q
+wire_api = "responses"
+env_key = "FAKE_OPENAI_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+
+`, api.BaseURL()) + readmeSnippet(t, "codex-config") + "\n"
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(marker, prompt string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, cli, "exec", "--skip-git-repo-check", "--ephemeral", "--json", "-C", project, marker+" "+prompt)
+		cmd.Dir = project
+		cmd.Env = append(os.Environ(), "CODEX_HOME="+codexHome, "FAKE_OPENAI_KEY=sk-test-dummy", "HOME="+home, "PATH="+bin+":"+os.Getenv("PATH"),
+			"XDG_CONFIG_HOME=", "XDG_DATA_HOME=", "VIGIL_DATA=", "VIGIL_OWNER=", "VIGIL_AS_CLI=",
+			"ANTHROPIC_API_KEY=sk-test-dummy", "ANTHROPIC_BASE_URL="+agents.URL, "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("codex exec %s: %v\n%s", marker, err, out)
+		}
+		t.Logf("codex exec %s: %d bytes of output", marker, len(out))
+	}
+	noErrors := func(marker string, want int) []toolResult {
+		t.Helper()
+		res := drv.resultsOf(marker)
+		if len(res) != want {
+			t.Fatalf("%s: %d tool results, want %d: %+v", marker, len(res), want, res)
+		}
+		for i, r := range res {
+			if r.isError || strings.Contains(r.content, "timed out awaiting") {
+				t.Fatalf("%s: call %d (%s) failed as the model sees it: %s", marker, i, r.tool, r.content)
+			}
+		}
+		return res
+	}
+
+	// 1. Spawn the 400-second job; Codex exits.
+	run("#c1", "Run the long job in the background with vigil.")
+	r1 := noErrors("#c1", 1)
+	worker := field(jsonPart(r1[0].content), "task")
+	if worker == "" || field(jsonPart(r1[0].content), "owner_key") != mcpserver.ProjectKey(project) {
+		t.Fatalf("run 1's spawn: %s", r1[0].content)
+	}
+	if rec, err := readServeRecord(data); err != nil || syscall.Kill(rec.PID, 0) != nil {
+		t.Fatalf("no background server after Codex exited: %v", err)
+	}
+
+	// 2. Wait for it across Codex's limit.
+	start := time.Now()
+	run("#c2", "Wait for the worker and tell me what it found.")
+	r2 := noErrors("#c2", 2)
+	var w1, w2 mcpserver.WaitOutput
+	if err := json.Unmarshal([]byte(jsonPart(r2[0].content)), &w1); err != nil || !w1.TimedOut || !w1.Capped || w1.Waited != 270 || len(w1.Running) != 1 {
+		t.Fatalf("the first wait: %v %s", err, r2[0].content)
+	}
+	if !strings.Contains(w1.Detail, "call "+mcpserver.ToolWait+" again") {
+		t.Errorf("the first wait does not tell the model to wait again: %q", w1.Detail)
+	}
+	if err := json.Unmarshal([]byte(jsonPart(r2[1].content)), &w2); err != nil || len(w2.Notifications) != 1 || !strings.Contains(w2.Notifications[0].Reply, "done: the long job") {
+		t.Fatalf("the second wait: %v %s", err, r2[1].content)
+	}
+	t.Logf("run 2 waited %s in two waits", time.Since(start).Round(time.Second))
+
+	// 3. Close, and reuse the name.
+	run("#c3", "Close the worker and start a new one.")
+	r3 := noErrors("#c3", 3)
+	if field(jsonPart(r3[1].content), "outcome") != "closed" || field(jsonPart(r3[1].content), "task") != worker {
+		t.Errorf("run 3's close: %s", r3[1].content)
+	}
+	if field(jsonPart(r3[2].content), "agent") != "worker" {
+		t.Errorf("run 3's spawn under the freed name: %s", r3[2].content)
+	}
+	if log := fileTail(filepath.Join(data, "daemon.log"), 1<<20); strings.Contains(log, "level=ERROR") || strings.Contains(log, "owner died") {
+		t.Errorf("the background server logged errors in normal use:\n%s", log)
+	}
+}
+
+// jsonPart returns the first JSON object of a tool result as a client
+// shows it to its model (Codex wraps it in text).
+func jsonPart(content string) string {
+	i := strings.Index(content, "{")
+	if i < 0 {
+		return content
+	}
+	dec := json.NewDecoder(strings.NewReader(content[i:]))
+	var raw json.RawMessage
+	if dec.Decode(&raw) != nil {
+		return content
+	}
+	return string(raw)
 }

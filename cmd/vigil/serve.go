@@ -31,6 +31,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	allowHost := fs.String("allow-host", "", "comma-separated host names the API also answers to (a proxy's name; with --allow-remote, the machine's); * for any")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --addr (the bearer token is then all that guards the machine; put TLS in front)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish at shutdown")
+	showToken := fs.Bool("show-token", true, "print a newly made token on stdout (vigil mcp's background server, whose stdout is a log, does not)")
 	retention := fs.Duration("mcp-retention", 24*time.Hour, "close an MCP caller's session whose tasks have all ended and been acknowledged after this long (0: never)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	var pf providerFlags
@@ -131,7 +132,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer unrecord()
 	fmt.Fprintf(e.stdout, "vigil serving on %s (API %s/api/, MCP %s/mcp, metrics %s/metrics)\n", base, base, base, base)
-	if created {
+	if created && *showToken {
 		fmt.Fprintf(e.stdout, "new API token (shown this once; kept in %s):\n  %s\n", tokenPath, token)
 		fmt.Fprintf(e.stdout, "open the UI: %s/#token=%s\n", base, token)
 	} else {

@@ -1,7 +1,8 @@
 // Package providertest holds the conformance suite of provider adapters,
 // Run, and the fake model servers it runs them against: an Anthropic
-// Messages API and an OpenAI-compatible Chat Completions API, both
-// speaking the real streaming wire formats (SSE), on loopback or in memory
+// Messages API, an OpenAI-compatible Chat Completions API and an OpenAI
+// Responses API (the Codex CLI's), all speaking the real streaming wire
+// formats (SSE), on loopback or in memory
 // (NewInMemory, for testing/synctest bubbles). A test scripts what the
 // fake answers to each request, and reads back what the fake received.
 //
@@ -54,6 +55,8 @@ type Wire string
 const (
 	WireAnthropic Wire = "anthropic"
 	WireOpenAI    Wire = "openai"
+	// WireResponses is the OpenAI Responses API (POST /v1/responses).
+	WireResponses Wire = "responses"
 )
 
 // Server is a fake model server on loopback. Its methods are safe for
@@ -98,6 +101,22 @@ func NewAnthropic(t testing.TB) *Server { return NewServer(t, WireAnthropic) }
 // server stops when the test ends.
 func NewOpenAI(t testing.TB) *Server { return NewServer(t, WireOpenAI) }
 
+// NewResponses starts a fake OpenAI Responses API, the API the Codex CLI
+// speaks (wire_api = "responses"). It answers POST requests whose path
+// ends in /responses (/v1/responses from a client given BaseURL),
+// streaming or not. The server stops when the test ends.
+//
+// A request's input items become Messages: message items by role
+// (system and developer messages, and the instructions, make System),
+// function_call and custom_tool_call items tool_use blocks of the
+// assistant, their outputs tool_result blocks of the user; other items
+// (reasoning, ...) a block of their type. Its function and custom tools
+// are its Tools, the functions of a namespace named namespace + "__" +
+// name (see ResponsesTool); a ToolUse block answers with a function_call
+// item (a custom_tool_call for a custom tool) whose call_id is the
+// block's ID.
+func NewResponses(t testing.TB) *Server { return NewServer(t, WireResponses) }
+
 // NewServer starts a fake server of wire on loopback. The server stops
 // when the test ends.
 func NewServer(t testing.TB, wire Wire) *Server {
@@ -140,9 +159,10 @@ func newServer(t testing.TB, wire Wire) *Server {
 
 // BaseURL is the base URL an adapter for this server's wire format takes:
 // the root for Anthropic (the client appends /v1/messages), root + "/v1"
-// for OpenAI (the client appends /chat/completions).
+// for OpenAI (the client appends /chat/completions) and for Responses
+// (the client appends /responses; Codex's base_url).
 func (s *Server) BaseURL() string {
-	if s.wire == WireOpenAI {
+	if s.wire == WireOpenAI || s.wire == WireResponses {
 		return s.URL + "/v1"
 	}
 	return s.URL
@@ -305,7 +325,8 @@ type Request struct {
 
 	// The request in vigil's terms, parsed from the wire format.
 	// Consecutive same-role messages are merged; OpenAI tool messages
-	// become tool_result blocks of a user message.
+	// (Responses: function_call_output items) become tool_result blocks
+	// of a user message.
 	Model     string
 	System    string
 	Messages  []chat.Message
@@ -314,6 +335,12 @@ type Request struct {
 	Stream    bool
 	// IncludeUsage reports stream_options.include_usage (OpenAI).
 	IncludeUsage bool
+	// Instructions is the request's instructions (Responses), also the
+	// start of System.
+	Instructions string
+	// ResponsesTools are the request's tools as the Responses API lists
+	// them, all types, namespaces flattened (Responses only).
+	ResponsesTools []ResponsesTool
 	// Purpose is the X-Vigil-Purpose header: "compact" for a compaction
 	// request, empty for a normal round.
 	Purpose string
@@ -448,7 +475,11 @@ type Reply struct {
 }
 
 // APIError is an error body: {"type":"error","error":{"type","message"}}
-// for Anthropic, {"error":{"message","type","code"}} for OpenAI.
+// for Anthropic, {"error":{"message","type","param","code"}} for OpenAI
+// and Responses. Sent mid-stream, it is an error event for Anthropic, a
+// data line holding the error body for OpenAI, and a response.failed
+// event whose response.error is {"code","message","type","param"} (code
+// defaulting to the type) for Responses.
 type APIError struct {
 	Type    string
 	Message string
@@ -548,6 +579,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case s.wire == WireAnthropic && strings.HasSuffix(r.URL.Path, "/v1/messages"):
 	case s.wire == WireOpenAI && strings.HasSuffix(r.URL.Path, "/chat/completions"):
+	case s.wire == WireResponses && strings.HasSuffix(r.URL.Path, "/responses"):
 	default:
 		s.writeError(w, http.StatusNotFound, &APIError{Type: "not_found_error", Message: "no route for " + r.URL.Path})
 		return
@@ -556,9 +588,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	req := &Request{At: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
 		Purpose: r.Header.Get("X-Vigil-Purpose")}
 	var perr error
-	if s.wire == WireAnthropic {
+	switch s.wire {
+	case WireAnthropic:
 		perr = parseAnthropic(req)
-	} else {
+	case WireResponses:
+		perr = parseResponses(req)
+	default:
 		perr = parseOpenAI(req)
 	}
 
@@ -618,14 +653,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if s.wire == WireAnthropic {
+		switch s.wire {
+		case WireAnthropic:
 			w.Write(anthropicMessage(req, reply))
-		} else {
+		case WireResponses:
+			w.Write(responsesJSON(req, reply))
+		default:
 			w.Write(openAICompletion(req, reply))
 		}
 		return
 	}
-	s.stream(w, r, reply, s.events(req, reply))
+	s.stream(w, r, req, reply, s.events(req, reply))
 }
 
 // events are the SSE events that stream reply to req.
@@ -635,6 +673,8 @@ func (s *Server) events(req *Request, reply Reply) []Event {
 		return reply.Events
 	case s.wire == WireAnthropic:
 		return anthropicEvents(req, reply)
+	case s.wire == WireResponses:
+		return responsesEvents(req, reply)
 	default:
 		return openAIEvents(req, reply)
 	}
@@ -644,6 +684,14 @@ func (s *Server) events(req *Request, reply Reply) []Event {
 func (s *Server) overWindow(tokens, window int64) *APIError {
 	if s.wire == WireAnthropic {
 		return &APIError{Type: "invalid_request_error", Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, window)}
+	}
+	if s.wire == WireResponses {
+		return &APIError{
+			Type:    "invalid_request_error",
+			Message: "Your input exceeds the context window of this model. Please adjust your input and try again.",
+			Param:   "input",
+			Code:    "context_length_exceeded",
+		}
 	}
 	return &APIError{
 		Type:    "invalid_request_error",
@@ -720,7 +768,7 @@ func (s *Server) wait(r *http.Request, reply Reply) bool {
 	return true
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, events []Event) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *Request, reply Reply, events []Event) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set(s.requestIDHeader(), "req_fake")
@@ -761,7 +809,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, eve
 	case reply.Abort:
 		panic(http.ErrAbortHandler)
 	case reply.Error != nil:
-		writeEvent(w, s.errorEvent(reply.Error))
+		writeEvent(w, s.errorEvent(req, reply.Error, n))
 	}
 	if flusher != nil {
 		flusher.Flush()
@@ -769,7 +817,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, reply Reply, eve
 }
 
 // requestIDHeader is the response header that carries the request id:
-// request-id from Anthropic, x-request-id from OpenAI.
+// request-id from Anthropic, x-request-id from OpenAI (both of its APIs).
 func (s *Server) requestIDHeader() string {
 	if s.wire == WireOpenAI {
 		return "x-request-id"
@@ -786,9 +834,14 @@ func writeEvent(w io.Writer, ev Event) {
 	w.Write(b.Bytes())
 }
 
-func (s *Server) errorEvent(e *APIError) Event {
-	if s.wire == WireAnthropic {
+// errorEvent is the event that ends a stream of req with e, after n
+// events.
+func (s *Server) errorEvent(req *Request, e *APIError, n int) Event {
+	switch s.wire {
+	case WireAnthropic:
 		return Event{Name: "error", Data: string(anthropicErrorBody(e))}
+	case WireResponses:
+		return responsesFailed(req, e, n)
 	}
 	return Event{Data: string(openAIErrorBody(e))}
 }
