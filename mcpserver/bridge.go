@@ -63,8 +63,9 @@ type Bridge struct {
 	cl   *mcp.Client
 	tr   *headerTransport
 
-	mu sync.Mutex
-	cs *mcp.ClientSession
+	mu  sync.Mutex
+	cs  *mcp.ClientSession
+	url string // the server's MCP endpoint: Ensure may move it
 
 	// retry are the tools a call of which may be sent again after the
 	// server was lost: those that change nothing, or nothing more the
@@ -106,7 +107,7 @@ func NewBridge(opts *BridgeOptions) *Bridge {
 	tr := &headerTransport{base: base, token: o.Token, owner: o.Owner, host: host}
 	hc.Transport = tr
 	o.HTTPClient = hc
-	return &Bridge{opts: o, log: o.Logger, tr: tr, retry: map[string]bool{},
+	return &Bridge{opts: o, log: o.Logger, tr: tr, retry: map[string]bool{}, url: o.URL,
 		cl: mcp.NewClient(&mcp.Implementation{Name: "vigil-bridge", Version: o.Version}, nil)}
 }
 
@@ -165,25 +166,32 @@ func (b *Bridge) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if b.cs != nil {
 		return b.cs, nil
 	}
-	cs, err := b.cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.opts.URL, HTTPClient: b.opts.HTTPClient, MaxRetries: -1}, nil)
+	cs, err := b.cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.url, HTTPClient: b.opts.HTTPClient, MaxRetries: -1}, nil)
 	if err != nil && b.opts.Ensure != nil && ctx.Err() == nil {
-		b.log.Info("vigil is not reachable; starting it again", "url", b.opts.URL, "err", err)
+		b.log.Info("vigil is not reachable; starting it again", "url", b.url, "err", err)
 		u, token, eerr := b.opts.Ensure(ctx)
 		if eerr != nil {
-			return nil, fmt.Errorf("cannot reach vigil at %s (%v), and could not start it: %w", b.opts.URL, err, eerr)
+			return nil, fmt.Errorf("cannot reach vigil at %s (%v), and could not start it: %w", b.url, err, eerr)
 		}
 		if !strings.HasSuffix(u, "/mcp") {
 			u += "/mcp"
 		}
-		b.opts.URL = u
+		b.url = u
 		b.tr.set(u, token)
-		cs, err = b.cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.opts.URL, HTTPClient: b.opts.HTTPClient, MaxRetries: -1}, nil)
+		cs, err = b.cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.url, HTTPClient: b.opts.HTTPClient, MaxRetries: -1}, nil)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach vigil at %s (is 'vigil serve' running, and is the token right?): %w", b.opts.URL, err)
+		return nil, fmt.Errorf("cannot reach vigil at %s (is 'vigil serve' running, and is the token right?): %w", b.url, err)
 	}
 	b.cs = cs
 	return cs, nil
+}
+
+// endpoint returns the server's MCP endpoint.
+func (b *Bridge) endpoint() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.url
 }
 
 // drop forgets a broken session.
@@ -215,7 +223,7 @@ func (b *Bridge) Run(ctx context.Context, t mcp.Transport) error {
 	n := 0
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			return fmt.Errorf("list the tools of %s: %w", b.opts.URL, err)
+			return fmt.Errorf("list the tools of %s: %w", b.endpoint(), err)
 		}
 		if a := tool.Annotations; a != nil && (a.ReadOnlyHint || a.IdempotentHint) {
 			b.retry[tool.Name] = true
@@ -224,7 +232,7 @@ func (b *Bridge) Run(ctx context.Context, t mcp.Transport) error {
 		n++
 	}
 	ms.AddReceivingMiddleware(fitWaitTool(b.limitOf))
-	b.log.Info("bridging vigil's MCP tools", "url", b.opts.URL, "tools", n, "owner_key", b.opts.Owner)
+	b.log.Info("bridging vigil's MCP tools", "url", b.endpoint(), "tools", n, "owner_key", b.opts.Owner)
 	defer func() {
 		b.mu.Lock()
 		cs := b.cs
@@ -278,18 +286,18 @@ func (b *Bridge) forward(name string) mcp.ToolHandler {
 			}
 			b.drop(cs)
 			if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
-				b.log.Info("vigil's MCP session is gone (server restarted?); reconnecting", "url", b.opts.URL)
+				b.log.Info("vigil's MCP session is gone (server restarted?); reconnecting", "url", b.endpoint())
 				continue
 			}
 			if b.retry[name] && attempt < 3 {
-				b.log.Info("lost vigil during a call; calling again once it is back", "tool", name, "url", b.opts.URL, "err", err)
+				b.log.Info("lost vigil during a call; calling again once it is back", "tool", name, "url", b.endpoint(), "err", err)
 				if name == ToolWait {
 					args = waitRest(args, limit, b.opts.Now().Sub(start))
 				}
 				continue
 			}
 			return errorResult(fmt.Sprintf("lost the connection to vigil at %s (%v); the next call reconnects. "+
-				"vigil_wait, vigil_ack and the read-only tools are safe to call again; check vigil_list before you repeat vigil_spawn, vigil_send or vigil_approve.", b.opts.URL, err)), nil
+				"vigil_wait, vigil_ack and the read-only tools are safe to call again; check vigil_list before you repeat vigil_spawn, vigil_send or vigil_approve.", b.endpoint(), err)), nil
 		}
 	}
 }
