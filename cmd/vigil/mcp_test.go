@@ -433,3 +433,44 @@ func TestMCPNoProvider(t *testing.T) {
 		t.Errorf("wrote to stdout (the protocol's): %q", out.String())
 	}
 }
+
+// TestMCPSIGTERMIsClean: Codex ends its MCP server with SIGTERM (to its
+// process group), Claude Code with SIGINT. vigil mcp exits 0 on either,
+// logs nothing at warn or error (the SDK's "server run cancelled" was an
+// ERROR), and the background server, in a session of its own, goes on.
+func TestMCPSIGTERMIsClean(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dir := t.TempDir()
+			t.Cleanup(func() { stopDaemon(t, dir) })
+			stderr := &lockedBuf{}
+			cmd := vigilCmd(t, stderr, "mcp", "--data", dir, "--provider", "script", "--script", mcpScenario(t))
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if _, err := (&mcptest.Client{CS: cs}).Spawn(ctx, "slow", "work"); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			_ = cs.Wait()
+			for cmd.ProcessState == nil && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // the transport reaps it
+			}
+			if ps := cmd.ProcessState; ps == nil || !ps.Success() {
+				t.Errorf("vigil mcp after %v: %v", sig, ps)
+			}
+			if s := stderr.String(); strings.Contains(s, "level=ERROR") || strings.Contains(s, "level=WARN") {
+				t.Errorf("vigil mcp logged at warn or error on %v:\n%s", sig, s)
+			}
+			if rec, err := readServeRecord(dir); err != nil || syscall.Kill(rec.PID, 0) != nil {
+				t.Errorf("the background server did not outlive the bridge: %v", err)
+			}
+		})
+	}
+}

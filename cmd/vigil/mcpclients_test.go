@@ -190,23 +190,14 @@ func (d *driver) resultsOf(marker string) []toolResult {
 	return d.results[marker]
 }
 
-// field returns a string field of a tool result's JSON: the structured
-// content, or the first JSON object in the text.
+// field returns a string field of a tool result's JSON (jsonPart).
 func field(content, key string) string {
 	var m map[string]any
-	if json.Unmarshal([]byte(content), &m) != nil {
-		if i := strings.Index(content, "{"); i >= 0 {
-			dec := json.NewDecoder(strings.NewReader(content[i:]))
-			_ = dec.Decode(&m)
-		}
-	}
-	if m == nil {
+	if json.Unmarshal([]byte(jsonPart(content)), &m) != nil {
 		return ""
 	}
-	if s, ok := m[key].(string); ok {
-		return s
-	}
-	return ""
+	s, _ := m[key].(string)
+	return s
 }
 
 // agentModel answers vigil's agents on their own fake API: an agent whose
@@ -397,26 +388,7 @@ func TestMCPCodex(t *testing.T) {
 		}
 		return providertest.TextAnswer("ok"), true
 	})
-	config := fmt.Sprintf(`model = "gpt-test"
-model_provider = "fake"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
-[model_providers.fake]
-name = "fake"
-base_url = %q
-wire_api = "responses"
-env_key = "FAKE_OPENAI_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-plugins = false
-
-[analytics]
-enabled = false
-
-`, api.BaseURL()) + readmeSnippet(t, "codex-config") + "\n"
+	config := providertest.CodexConfig(api) + "\n" + readmeSnippet(t, "codex-config") + "\n"
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

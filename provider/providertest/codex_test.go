@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,25 +41,7 @@ func codexExec(t *testing.T, srv *providertest.Server, extra, prompt string) []m
 	t.Helper()
 	cli := codexCLI(t)
 	home, work := t.TempDir(), t.TempDir()
-	config := fmt.Sprintf(`model = "gpt-test"
-model_provider = "fake"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-
-[model_providers.fake]
-name = "fake"
-base_url = %q
-wire_api = "responses"
-env_key = "FAKE_OPENAI_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-%s`, srv.BaseURL(), extra)
+	config := providertest.CodexConfig(srv) + extra
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

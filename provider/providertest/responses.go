@@ -476,3 +476,30 @@ func responsesFailed(req *Request, e *APIError, seq int) Event {
 func responsesJSON(req *Request, reply Reply) []byte {
 	return []byte(mustJSON(responsesObject(req, reply, responsesItems(req, reply), true)))
 }
+
+// CodexConfig returns a Codex CLI config.toml that makes s (a WireResponses
+// server) the model provider, with no approvals, no sandbox, no analytics
+// and no plugins (whose sync would reach out to the network). Append
+// further tables (an [mcp_servers.NAME]) after it. FAKE_OPENAI_KEY must be
+// set, to anything, in Codex's environment.
+func CodexConfig(s *Server) string {
+	return fmt.Sprintf(`model = "gpt-test"
+model_provider = "fake"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+
+[model_providers.fake]
+name = "fake"
+base_url = %q
+wire_api = "responses"
+env_key = "FAKE_OPENAI_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`, s.BaseURL())
+}
