@@ -1,6 +1,8 @@
 // Package store defines how vigil keeps sessions durable: an append-only
 // log of events per session, projections of its entities for queries, state
-// snapshots, and session leases with an epoch that fences every write.
+// snapshots, and session leases with an epoch that fences every write; and,
+// for several nodes on one database, their heartbeats, the saved output of
+// tasks, and Watcher, which tells when events were committed.
 //
 // Backends implement Store: store/memstore (in memory, for tests and
 // --memory runs), store/sqlite (the embedded default) and store/postgres
@@ -204,6 +206,49 @@ type SessionListParams struct {
 	Open bool
 }
 
+// Node is one vigil process sharing the store, as its last heartbeat
+// recorded it.
+type Node struct {
+	ID       string    // the node's lease owner name (Options.Node of the runtime)
+	Address  string    // base URL other nodes reach its API at; "" when it serves none
+	Started  time.Time // when it joined
+	Beat     time.Time // its last heartbeat, by its own clock
+	Draining bool      // it is stopping: it takes no new sessions
+	Sessions int       // sessions it owned at its last beat
+}
+
+// OutputSaveParams saves a task's output: the whole of it, replacing what
+// was saved before.
+type OutputSaveParams struct {
+	Session, Task string
+	Data          []byte
+}
+
+// OutputReadParams reads a range of a saved output: up to Limit bytes
+// (0: all) from Offset.
+type OutputReadParams struct {
+	Session, Task string
+	Offset, Limit int64
+}
+
+// Output is a range of a saved output. Size is the length of the whole
+// output; Data is empty when Offset is at or past it.
+type Output struct {
+	Data []byte
+	Size int64
+}
+
+// Watcher is implemented by stores that tell when events were committed,
+// by this process or, for a shared database (PostgreSQL), by any process.
+type Watcher interface {
+	// Watch returns a channel that receives after commits of events
+	// (coalesced: one receive may stand for many commits, and a spurious
+	// one is allowed, e.g. after a reconnect, so the reader re-reads),
+	// until ctx ends or the store is closed; then it is closed. Every call
+	// gets its own channel.
+	Watch(ctx context.Context) (<-chan struct{}, error)
+}
+
 // Store is a durable home for sessions.
 type Store interface {
 	// LeaseAcquire grants the session's lease to Owner with a new epoch when
@@ -250,6 +295,26 @@ type Store interface {
 	TaskList(ctx context.Context, session string) ([]TaskRow, error)
 	// NoteList returns a session's notifications in write order.
 	NoteList(ctx context.Context, session string) ([]NoteRow, error)
+
+	// NodeBeat records a node's heartbeat: inserts or replaces its row.
+	NodeBeat(ctx context.Context, n *Node) error
+	// NodeList lists the nodes in ID order.
+	NodeList(ctx context.Context) ([]Node, error)
+	// NodeLeave removes a node's row (a clean stop); no row is no error.
+	NodeLeave(ctx context.Context, id string) error
+	// LeaseList lists every session's lease in session order: Owner,
+	// Epoch, Expires, and Released (for LeaseList: the lease was given up
+	// by LeaseRelease and is free now; Expires is then the zero time).
+	// Previous is "".
+	LeaseList(ctx context.Context) ([]Lease, error)
+
+	// OutputSave stores a task's output (the whole of it, replacing what
+	// was saved) so that every node can read it after the task ended, even
+	// when the node that ran it is gone.
+	OutputSave(ctx context.Context, p *OutputSaveParams) error
+	// OutputRead reads up to Limit bytes of a saved output from Offset;
+	// Size is the saved output's length. ErrNotFound when none was saved.
+	OutputRead(ctx context.Context, p *OutputReadParams) (*Output, error)
 
 	// Close releases the store's resources. Safe to call twice.
 	Close() error

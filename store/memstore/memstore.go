@@ -1,6 +1,7 @@
 // Package memstore is an in-memory store.Store, for tests and for runs that
 // need no durability (vigil run --memory). It honours leases and fencing
-// like the durable backends.
+// like the durable backends, and implements store.Watcher for its own
+// appends.
 package memstore
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/internal/watch"
 )
 
 // Store keeps everything in maps guarded by one mutex.
@@ -30,7 +32,10 @@ type Store struct {
 	tasks    map[string][]store.TaskRow
 	items    map[string]map[string]store.ItemRow
 	notes    map[string][]store.NoteRow
+	nodes    map[string]store.Node
+	outputs  map[outputKey][]byte
 	stats    store.Stats
+	watch    watch.Set
 	// Fail, when set, makes every write return it (tests of full disks and
 	// lost databases).
 	fail error
@@ -43,11 +48,13 @@ func New() *Store {
 		snaps: map[string]store.Snapshot{}, sessions: map[string]store.SessionRow{},
 		runs: map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
 		items: map[string]map[string]store.ItemRow{}, notes: map[string][]store.NoteRow{},
+		nodes: map[string]store.Node{}, outputs: map[outputKey][]byte{},
 	}
 }
 
 // FailWrites makes every later write — appends, snapshots, lease
-// acquisitions, renewals and releases — fail with err (nil to heal).
+// acquisitions, renewals and releases, node beats and leaves, outputs —
+// fail with err (nil to heal).
 func (m *Store) FailWrites(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -152,6 +159,9 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 		}
 	}
 	res := &store.AppendResult{}
+	if len(p.Records) > 0 {
+		defer m.watch.Signal()
+	}
 	for _, r := range p.Records {
 		m.global++
 		r.Global = m.global
@@ -183,6 +193,7 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.StatsReader = (*Store)(nil)
+	_ store.Watcher     = (*Store)(nil)
 )
 
 // Stats implements store.StatsReader.
@@ -402,10 +413,132 @@ func (m *Store) NoteList(_ context.Context, session string) ([]store.NoteRow, er
 	return slices.Clone(m.notes[session]), nil
 }
 
-// Close implements store.Store.
+// Close implements store.Store; it closes the Watch channels.
 func (m *Store) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
+	m.watch.Close()
 	return nil
+}
+
+// Watch implements store.Watcher: the channel receives after this store's
+// appends of events.
+func (m *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("watch"); err != nil {
+		return nil, err
+	}
+	ch, ok := m.watch.Add(ctx)
+	if !ok {
+		return nil, fmt.Errorf("watch: %w", store.ErrClosed)
+	}
+	return ch, nil
+}
+
+// NodeBeat implements store.Store.
+func (m *Store) NodeBeat(_ context.Context, n *store.Node) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("node beat"); err != nil {
+		return err
+	}
+	if m.fail != nil {
+		return fmt.Errorf("beat of node %s: %w", n.ID, m.fail)
+	}
+	m.nodes[n.ID] = *n
+	return nil
+}
+
+// NodeList implements store.Store.
+func (m *Store) NodeList(context.Context) ([]store.Node, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("list nodes"); err != nil {
+		return nil, err
+	}
+	out := make([]store.Node, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b store.Node) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// NodeLeave implements store.Store.
+func (m *Store) NodeLeave(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("node leave"); err != nil {
+		return err
+	}
+	if m.fail != nil {
+		return fmt.Errorf("leave of node %s: %w", id, m.fail)
+	}
+	delete(m.nodes, id)
+	return nil
+}
+
+// LeaseList implements store.Store.
+func (m *Store) LeaseList(context.Context) ([]store.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("list leases"); err != nil {
+		return nil, err
+	}
+	out := make([]store.Lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		l.Previous = ""
+		if l.Released {
+			l.Expires = time.Time{}
+		}
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b store.Lease) int { return cmp.Compare(a.Session, b.Session) })
+	return out, nil
+}
+
+// outputKey names a task's saved output.
+type outputKey struct{ session, task string }
+
+// OutputSave implements store.Store.
+func (m *Store) OutputSave(_ context.Context, p *store.OutputSaveParams) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("save output"); err != nil {
+		return err
+	}
+	if m.fail != nil {
+		return fmt.Errorf("save output of %s/%s: %w", p.Session, p.Task, m.fail)
+	}
+	m.outputs[outputKey{p.Session, p.Task}] = slices.Clone(p.Data)
+	return nil
+}
+
+// OutputRead implements store.Store.
+func (m *Store) OutputRead(_ context.Context, p *store.OutputReadParams) (*store.Output, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	what := "read output of " + p.Session + "/" + p.Task
+	if err := m.check(what); err != nil {
+		return nil, err
+	}
+	if p.Offset < 0 || p.Limit < 0 {
+		return nil, fmt.Errorf("%s: offset %d, limit %d: negative", what, p.Offset, p.Limit)
+	}
+	data, ok := m.outputs[outputKey{p.Session, p.Task}]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	size := int64(len(data))
+	from := min(p.Offset, size)
+	to := size
+	if p.Limit > 0 && p.Limit < size-from {
+		to = from + p.Limit
+	}
+	return &store.Output{Data: slices.Clone(data[from:to:to]), Size: size}, nil
 }

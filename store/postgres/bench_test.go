@@ -155,6 +155,34 @@ func BenchmarkDurableNotificationsTwoNodes(b *testing.B) {
 	benchServer(b, 2, func(ss []*Store) { benchNotesNodes(b, ss, 50) })
 }
 
+// BenchmarkDurableNotificationsTwoNodesWatched is
+// BenchmarkDurableNotificationsTwoNodes with a Watch on each store
+// (each listening to the notifications of every commit, the other
+// node's included), drained as a follower would be woken: the cost of
+// LISTEN/NOTIFY on the write path. wakes/s counts receives on both.
+func BenchmarkDurableNotificationsTwoNodesWatched(b *testing.B) {
+	benchServer(b, 2, func(ss []*Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wakes atomic.Int64
+		var wg sync.WaitGroup
+		for _, s := range ss {
+			ch, err := s.Watch(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			wg.Go(func() {
+				for range ch {
+					wakes.Add(1)
+				}
+			})
+		}
+		benchNotesNodes(b, ss, 50)
+		cancel()
+		wg.Wait()
+		b.ReportMetric(float64(wakes.Load())/b.Elapsed().Seconds(), "wakes/s")
+	})
+}
+
 // benchNotesNodes is storetest.BenchNotifications spread over several
 // stores, perNode sessions on each; an op is one step.
 func benchNotesNodes(b *testing.B, ss []*Store, perNode int) {

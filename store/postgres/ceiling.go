@@ -27,11 +27,10 @@ const (
 // (created in the database dsn names, dropped when done). For budget it
 // commits single-row transactions one after the other (BEGIN, one INSERT,
 // COMMIT), then for budget again inserts rows in transactions of 1000 rows
-// (multi-row INSERTs of 100). Rows carry 256 bytes of data. opts is
-// accepted for symmetry with Open; its pool size does not matter to one
-// connection.
+// (multi-row INSERTs of 100). Rows carry 256 bytes of data. opts gives
+// the connection's timeouts and keepalives, as for Open; its pool size
+// does not matter to one connection.
 func MeasureCeiling(ctx context.Context, dsn string, opts *Options, budget time.Duration) (store.Ceiling, error) {
-	_ = opts
 	if budget <= 0 {
 		budget = time.Second
 	}
@@ -42,6 +41,10 @@ func MeasureCeiling(ctx context.Context, dsn string, opts *Options, budget time.
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "vigil"
 	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	configure(&cfg.ConnConfig.Config, opts)
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/vigilrun/vigil/store"
 )
@@ -374,7 +375,9 @@ var (
 		"ON CONFLICT (session, task, run) DO NOTHING RETURNING session, task, run"
 	// insertSteps takes the group's globals from event_counter and inserts
 	// its steps; it returns the global before the group's first. It is the
-	// group's last statement: the counter row stays locked until COMMIT.
+	// group's last statement before the notification and COMMIT, in the
+	// same batch: the counter row stays locked until the commit, and only
+	// while the server runs the batch's end.
 	insertSteps = `WITH c AS (UPDATE event_counter SET last = last + $1::bigint RETURNING last - $1::bigint AS base),
 		ins AS (INSERT INTO steps (session, seq, last, global, glast, data)
 			SELECT r.session, r.seq, r.last, c.base + r.off + 1, c.base + r.off + (r.last - r.seq) + 1, r.data
@@ -396,9 +399,15 @@ func noteArgs(ns []*noteVals) []any {
 // result is how a queued statement's result is read.
 type result func(br pgx.BatchResults) error
 
-// flush sends the group's statements in one round trip and reads their
-// results.
-func (g *group) flush(ctx context.Context, conn *pgx.Conn) error {
+// flush sends the group's statements and COMMIT in one round trip and
+// reads their results: committed is false when the server answered
+// COMMIT with ROLLBACK. An error matching errUnknownOutcome means the
+// connection was lost while the batch was under way, or at COMMIT, so
+// the transaction may have committed. Any other error means it did not:
+// the server refused a statement and skipped the rest of the batch,
+// COMMIT included (the transaction is aborted and must be rolled back),
+// or refused the COMMIT itself, or the batch was never sent.
+func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err error) {
 	b := &pgx.Batch{}
 	var reads []result
 	exec := func(what string) result {
@@ -537,18 +546,53 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		})
 	}
-	if b.Len() == 0 {
-		return nil
+	if g.total > 0 {
+		// Delivered at commit to every listener (Store.Watch), this
+		// node's included.
+		b.Queue(notifyEvents)
+		reads = append(reads, func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("notify: %w", err)
+			}
+			return nil
+		})
 	}
+	b.Queue("COMMIT")
+	reads = append(reads, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
 	br := conn.SendBatch(ctx, b)
-	for _, read := range reads {
+	for i, read := range reads {
 		if err := read(br); err != nil {
 			_ = br.Close()
-			return err
+			var pe *pgconn.PgError
+			switch {
+			case pgconn.SafeToRetry(err):
+				// Never sent.
+			case !errors.As(err, &pe):
+				// Lost: the server may have run the batch to its end.
+				err = fmt.Errorf("%w: %w", errUnknownOutcome, err)
+			case i == len(reads)-1 && lost(err):
+				// The session ended at COMMIT.
+				err = fmt.Errorf("%w: %w", errUnknownOutcome, err)
+			}
+			return false, err
 		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return false, fmt.Errorf("%w: %w", errUnknownOutcome, err)
+	}
+	return committed, nil
 }
+
+// notifyEvents tells the listeners of every node that events were
+// committed; a transaction's notifications are sent when it commits.
+const notifyEvents = `SELECT pg_notify('vigil_events', '')`
 
 // answer sets the results of a committed group's appends.
 func (g *group) answer() {

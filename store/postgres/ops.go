@@ -46,14 +46,17 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		return nil, fmt.Errorf("acquire lease of %s: %w", p.Session, e.err)
 	}
 	var l *store.Lease
-	err := s.tx(ctx, "acquire lease of "+p.Session, func(tx pgx.Tx) error {
+	// One statement, which holds the row's lock only while it runs; run
+	// again after a lost connection (acquiring a lease one holds already
+	// is granting it again).
+	err := s.write1(ctx, "acquire lease of "+p.Session, func() error {
 		l = nil
 		var epoch int64
 		// prev is the row as the statement's snapshot holds it: the holder
 		// before (who, and whether it released the lease).
 		var prev *string
 		var prevExp *int64
-		err := tx.QueryRow(ctx, `WITH prev AS (SELECT owner, expires FROM leases WHERE session = $1)
+		err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT owner, expires FROM leases WHERE session = $1)
 			INSERT INTO leases (session, owner, epoch, expires) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
 			WHERE leases.owner = excluded.owner OR leases.expires <= $4 OR ($5 <> '' AND leases.owner = $5)
@@ -61,7 +64,7 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		if errors.Is(err, pgx.ErrNoRows) {
 			var owner string
 			var exp *int64
-			if err := tx.QueryRow(ctx, `SELECT owner, expires FROM leases WHERE session = $1`, p.Session).Scan(&owner, &exp); err != nil {
+			if err := s.pool.QueryRow(ctx, `SELECT owner, expires FROM leases WHERE session = $1`, p.Session).Scan(&owner, &exp); err != nil {
 				return err
 			}
 			return &store.LeaseHeldError{Session: p.Session, Owner: owner, Expires: fromNanos(exp)}
@@ -94,11 +97,12 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 		sessions[i], epochs[i] = ref.Session, ref.Epoch
 	}
 	var res *store.LeaseRenewResult
-	err := s.tx(ctx, fmt.Sprintf("renew %d leases of %s", len(p.Leases), p.Owner), func(tx pgx.Tx) error {
+	err := s.write1(ctx, fmt.Sprintf("renew %d leases of %s", len(p.Leases), p.Owner), func() error {
 		res = &store.LeaseRenewResult{Expires: p.Now.Add(p.TTL)}
-		// The rows are locked in session order, as the writer locks a
-		// group's leases, so that a renewal and a group cannot deadlock.
-		rows, err := tx.Query(ctx, `WITH held AS (
+		// One statement. The rows are locked in session order, as the
+		// writer locks a group's leases, so that a renewal and a group
+		// cannot deadlock.
+		rows, err := s.pool.Query(ctx, `WITH held AS (
 				SELECT l.session FROM leases l JOIN unnest($3::text[], $4::bigint[]) AS r (session, epoch)
 					ON l.session = r.session AND l.epoch = r.epoch
 				WHERE l.owner = $2 AND l.expires <> $5 ORDER BY l.session FOR UPDATE OF l)
@@ -144,11 +148,11 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 	for i, ref := range p.Leases {
 		sessions[i], epochs[i] = ref.Session, ref.Epoch
 	}
-	return s.tx(ctx, fmt.Sprintf("release %d leases of %s", len(p.Leases), p.Owner), func(tx pgx.Tx) error {
-		// The rows are locked in session order, as the writer and the
-		// renewal lock them, so that a release and a group cannot
-		// deadlock.
-		_, err := tx.Exec(ctx, `WITH held AS (
+	return s.write1(ctx, fmt.Sprintf("release %d leases of %s", len(p.Leases), p.Owner), func() error {
+		// One statement. The rows are locked in session order, as the
+		// writer and the renewal lock them, so that a release and a group
+		// cannot deadlock.
+		_, err := s.pool.Exec(ctx, `WITH held AS (
 				SELECT l.session FROM leases l JOIN unnest($3::text[], $4::bigint[]) AS r (session, epoch)
 					ON l.session = r.session AND l.epoch = r.epoch
 				WHERE l.owner = $2 ORDER BY l.session FOR UPDATE OF l)
@@ -156,24 +160,6 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 			releasedMark, p.Owner, sessions, epochs)
 		return err
 	})
-}
-
-// fence locks the session's lease row until the end of tx and fails with
-// ErrFenced unless epoch is its epoch (0 for a session that never had a
-// lease).
-func fence(ctx context.Context, tx pgx.Tx, session string, epoch int64) error {
-	var current int64
-	err := tx.QueryRow(ctx, `SELECT epoch FROM leases WHERE session = $1 FOR UPDATE`, session).Scan(&current)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
-	}
-	if current == 0 {
-		return fmt.Errorf("no lease on the session: %w", store.ErrFenced)
-	}
-	if current != epoch {
-		return fmt.Errorf("epoch %d, lease epoch %d: %w", epoch, current, store.ErrFenced)
-	}
-	return nil
 }
 
 // EventAppend implements store.Store: the append is queued to the writer,
@@ -210,20 +196,33 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) (*s
 	return j.res, nil
 }
 
-// SnapshotSave implements store.Store.
+// saveSnapshot saves a snapshot if $4 is the session's lease epoch, in
+// one statement that locks the lease row while it runs; it returns the
+// epoch (NULL: no lease).
+const saveSnapshot = `WITH l AS (SELECT epoch FROM leases WHERE session = $1 FOR UPDATE),
+	ins AS (INSERT INTO snapshots (session, seq, data) SELECT $1, $2, $3 FROM l WHERE l.epoch = $4
+		ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, data = excluded.data WHERE excluded.seq >= snapshots.seq)
+	SELECT (SELECT epoch FROM l)`
+
+// SnapshotSave implements store.Store: one statement, fenced like an
+// append (see saveSnapshot).
 func (s *Store) SnapshotSave(ctx context.Context, p *store.SnapshotSaveParams) error {
 	data := p.Data
 	if data == nil {
 		data = []byte{}
 	}
-	return s.tx(ctx, "save snapshot of "+p.Session, func(tx pgx.Tx) error {
-		if err := fence(ctx, tx, p.Session, p.Epoch); err != nil {
+	return s.write1(ctx, "save snapshot of "+p.Session, func() error {
+		var current *int64
+		if err := s.pool.QueryRow(ctx, saveSnapshot, p.Session, p.Seq, data, p.Epoch).Scan(&current); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO snapshots (session, seq, data) VALUES ($1, $2, $3)
-			ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, data = excluded.data WHERE excluded.seq >= snapshots.seq`,
-			p.Session, p.Seq, data)
-		return err
+		if current == nil {
+			return fmt.Errorf("no lease on the session: %w", store.ErrFenced)
+		}
+		if *current != p.Epoch {
+			return fmt.Errorf("epoch %d, lease epoch %d: %w", p.Epoch, *current, store.ErrFenced)
+		}
+		return nil
 	})
 }
 

@@ -16,7 +16,7 @@
 // commits every append. It takes every append queued while its previous
 // transaction was committing (and, when that one carried several, waits a
 // little for those callers to come back: see writer.loop) and commits them
-// as one group, in one transaction and one fsync, in three round trips:
+// as one group, in one transaction and one fsync, in two round trips:
 //
 //  1. BEGIN; lock the lease rows of all the group's sessions (SELECT ...
 //     FOR UPDATE, in session order); read where each session's log ends.
@@ -28,9 +28,10 @@
 //     table for the whole group, the rows of a key coalesced to the last
 //     one and unchanged rows left alone; the notes, inserted with ON
 //     CONFLICT DO NOTHING RETURNING, which tells the keys that existed
-//     (store.AppendResult.DuplicateNotes); and last, all the group's steps
-//     in one INSERT that takes the group's globals from event_counter.
-//  3. COMMIT.
+//     (store.AppendResult.DuplicateNotes); all the group's steps in one
+//     INSERT that takes the group's globals from event_counter; when the
+//     group has events, a notification on channel vigil_events (empty
+//     payload); and COMMIT.
 //
 // The lease rows stay locked until the commit, so a node that lost its
 // lease cannot write, and a lease is not taken over while an append of the
@@ -38,32 +39,62 @@
 // constraint, a value too big) breaks the group: the group is split in
 // halves committed one after the other, down to the append at fault, which
 // alone gets the error. LeaseRenew locks its rows in the same session
-// order, so a renewal and a group cannot deadlock. Lease calls and
-// snapshots are transactions of their own on the pool (they are rare:
-// one renewal per node per few seconds, one snapshot per 5000 events).
+// order, so a renewal and a group cannot deadlock. Every other write (lease
+// calls, snapshots, nodes, outputs) is one statement on the pool, in a
+// transaction of its own, run again after a lost connection (each is
+// idempotent).
 //
 // # Global order
 //
 // Record.Global is a store-wide order in which every committed global is
 // visible before any higher one: a reader following EventListAll by
-// AfterGlobal never skips a record that commits later. A sequence would
-// break it (one transaction takes 10, another 11 and commits first, and a
-// reader passes 11 before 10 exists). Instead a group takes its globals
-// from the single row of event_counter (UPDATE ... RETURNING), once per
-// group, in its last statement before COMMIT, and holds that row's lock
-// until its commit is done. PostgreSQL makes a transaction visible before
-// it releases its locks, so the next group, of this node or any other,
-// gets higher globals only once every lower one is visible. Several nodes
-// serialise on that row for the length of one commit per group, not per
-// append: one writer per node, and a node's group grows while another
-// node's commits.
+// AfterGlobal never skips a record that commits later (storetest.RunShared
+// proves it with writers on two stores). A sequence would break it (one
+// transaction takes 10, another 11 and commits first, and a reader passes
+// 11 before 10 exists). Instead a group takes its globals from the single
+// row of event_counter (UPDATE ... RETURNING), once per group, in the
+// batch that commits it, and holds that row's lock until its commit is
+// done. PostgreSQL makes a transaction visible before it releases its
+// locks, so the next group, of this node or any other, gets higher globals
+// only once every lower one is visible. Several nodes serialise on that
+// row for the length of the end of one batch per group, not per append:
+// one writer per node, and a node's group grows while another node's
+// commits.
+//
+// # No node stalls another
+//
+// No connection holds a lock while it waits for its client, but for the
+// writer between its two round trips, and then only the lease rows of its
+// own group's sessions: event_counter's row is taken and released within
+// the batch that commits, which the server runs to its end without the
+// client, so a node paused (SIGSTOP) or cut off cannot hold up the other
+// nodes' appends. Every connection sets lock_timeout (a call waiting
+// longer for a row fails with store.ErrUnavailable; a group whose
+// sessions include one locked by another transaction that long commits
+// the others), statement_timeout and idle_in_transaction_session_timeout
+// (the server ends a transaction left waiting for its client, releasing
+// its rows), and TCP keepalives of seconds, on both ends, so that a dead
+// host's connections and locks go within seconds (see Options). One limit
+// remains: the server arms idle_in_transaction_session_timeout only
+// between batches, so a node stopped in the middle of writing its commit
+// batch (one larger than the socket's send buffer takes in one write)
+// keeps its rows until it resumes or its connection dies.
+//
+// # Several nodes
+//
+// Table nodes holds each node's heartbeat (Store.NodeBeat) and outputs a
+// task's output in chunks of 256 KiB (a range reads only the chunks it
+// overlaps). Store.Watch tells of commits of events: the writer wakes the
+// watchers of its own Store at once, and a connection of the Store's own
+// listens to vigil_events for the other nodes' commits.
 //
 // # Connections lost
 //
-// A lost connection (server restart, pg_terminate_backend) is retried on a
-// new connection when the transaction had not reached COMMIT (then the
-// server rolled it back); when the connection is lost during COMMIT the
-// outcome is unknown and every append of the group fails with an error
+// A lost connection (server restart, pg_terminate_backend, a timeout that
+// ended the session) is retried on a new connection when the group's
+// transaction had not reached its commit batch (then the server rolled it
+// back); when the connection is lost while the commit batch is under way
+// the outcome is unknown and every append of the group fails with an error
 // matching store.ErrUnavailable: read the log (LastSeq) before writing
 // again. The writer runs its statements with a context of its own,
 // cancelled only when every caller of the group has given up.
@@ -96,6 +127,20 @@
 //
 // The rates move by a factor of two from run to run on that machine;
 // steps/commit, rows and WAL per step do not.
+//
+// Schema version 3 put COMMIT and pg_notify in the batch of the steps
+// (one round trip fewer per group). Same machine, load 3 to 7, one round
+// of alternating runs of -benchtime 2s, version 2 against 3:
+//
+//	                                     v2              v3
+//	notifications, 8 sessions            6,023/s         6,237/s   7.7 steps/commit
+//	notifications, 100 sessions         16,907/s        17,394/s    63 steps/commit
+//	notifications, 2 nodes x 50         19,121/s        22,676/s    31 steps/commit
+//	append, 1 session (latency)          1.01 ms         0.85 ms
+//	WAL per notification step           1.75 kB         1.76 kB
+//
+// With a Watch on each of the 2 nodes (BenchmarkDurableNotificationsTwoNodesWatched)
+// the rate stays within the noise of the same run without.
 package postgres
 
 import (
@@ -113,12 +158,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/internal/watch"
 )
 
 // Options tunes a Store; nil or zero fields mean the defaults.
@@ -130,6 +177,80 @@ type Options struct {
 	// Logger receives warnings: reconnects, duplicate notifications. Nil
 	// discards.
 	Logger *slog.Logger
+
+	// The server's timeouts on every connection of the Store (the pool,
+	// the writer's, the listener's), so that no other node's transaction
+	// can hold this one up for long, nor this one hold up another node's:
+	// LockTimeout bounds a wait for a row lock (default 5s; the call then
+	// fails with an error matching store.ErrUnavailable),
+	// StatementTimeout a statement (default 60s), and
+	// IdleInTransactionTimeout how long a transaction may wait for its
+	// client (a node paused, or cut off, inside a transaction) before the
+	// server ends its session and rolls it back (default 10s). Negative
+	// disables one. A DSN that sets one itself (lock_timeout=..., or in
+	// options=-c ...) wins.
+	LockTimeout, StatementTimeout, IdleInTransactionTimeout time.Duration
+	// KeepAlive is how long a connection may be silent before TCP
+	// keepalive probes start, and the interval between them: after three
+	// unanswered probes the connection is dropped, on both ends (the
+	// client's dialer, the server's tcp_keepalives_* settings), and data
+	// left unacknowledged for four times KeepAlive drops it too
+	// (TCP_USER_TIMEOUT, on Linux). Default 5s; negative leaves the
+	// system's settings. A DSN's tcp_keepalives_* or tcp_user_timeout win
+	// for the server's end.
+	KeepAlive time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultLockTimeout              = 5 * time.Second
+	DefaultStatementTimeout         = 60 * time.Second
+	DefaultIdleInTransactionTimeout = 10 * time.Second
+	DefaultKeepAlive                = 5 * time.Second
+)
+
+// keepAliveProbes is the number of unanswered keepalive probes after which
+// a connection is dropped.
+const keepAliveProbes = 3
+
+// configure sets the server's timeouts and the TCP keepalives of opts on
+// cfg, leaving alone what the DSN set.
+func configure(cfg *pgconn.Config, opts *Options) {
+	set := func(name, value string) {
+		if _, ok := cfg.RuntimeParams[name]; ok || strings.Contains(cfg.RuntimeParams["options"], name) {
+			return
+		}
+		cfg.RuntimeParams[name] = value
+	}
+	timeout := func(name string, d, def time.Duration) {
+		switch {
+		case d == 0:
+			d = def
+		case d < 0:
+			d = 0 // no timeout
+		}
+		set(name, strconv.FormatInt(d.Milliseconds(), 10))
+	}
+	timeout("lock_timeout", opts.LockTimeout, DefaultLockTimeout)
+	timeout("statement_timeout", opts.StatementTimeout, DefaultStatementTimeout)
+	timeout("idle_in_transaction_session_timeout", opts.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
+	ka := opts.KeepAlive
+	if ka == 0 {
+		ka = DefaultKeepAlive
+	}
+	if ka < 0 {
+		return
+	}
+	secs := strconv.FormatInt(max(1, int64(ka/time.Second)), 10)
+	set("tcp_keepalives_idle", secs)
+	set("tcp_keepalives_interval", secs)
+	set("tcp_keepalives_count", strconv.Itoa(keepAliveProbes))
+	set("tcp_user_timeout", strconv.FormatInt((4*ka).Milliseconds(), 10))
+	d := &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: ka, Interval: ka, Count: keepAliveProbes},
+		Control:         userTimeout(4 * ka),
+	}
+	cfg.DialFunc = d.DialContext
 }
 
 // Store is a store.Store in a PostgreSQL database.
@@ -145,6 +266,19 @@ type Store struct {
 
 	commits, appends, rows atomic.Int64
 
+	// watch are the Watch channels. The writer wakes them after its
+	// commits of events, the listener (started by the first Watch) at
+	// notifications of other processes' commits; writerPID is the
+	// writer's backend, whose notifications the listener skips.
+	watch       watch.Set
+	writerPID   atomic.Uint32
+	listenCfg   *pgx.ConnConfig
+	listenCtx   context.Context
+	stopListen  context.CancelFunc
+	listenOnce  sync.Once
+	listenReady chan struct{} // closed after the listener's first attempt
+	listenDone  chan struct{} // closed when the listener has stopped
+
 	// mu is held for reading by every call in progress and for writing by
 	// Close.
 	mu     sync.RWMutex
@@ -156,6 +290,7 @@ type Store struct {
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.StatsReader = (*Store)(nil)
+	_ store.Watcher     = (*Store)(nil)
 )
 
 // Stats implements store.StatsReader: the writer's commits, the appends
@@ -189,6 +324,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "vigil"
 	}
+	configure(&cfg.ConnConfig.Config, opts)
 	s := &Store{log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -202,6 +338,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: migrate: %w", cfg.ConnConfig.Host, mapErr(err))
 	}
 	s.w = &writer{s: s, cfg: cfg.ConnConfig.Copy()}
+	s.listenCfg = cfg.ConnConfig.Copy()
+	s.listenCtx, s.stopListen = context.WithCancel(context.Background())
+	s.listenDone = make(chan struct{})
 	s.jobs, s.done = make(chan *job, maxGroup), make(chan struct{})
 	go s.w.loop(s.jobs, s.done)
 	return s, nil
@@ -217,6 +356,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	slices.Sort(names)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A migration may take long (version 2 rewrites the log), and a
+		// node starting meanwhile waits for it.
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return err
 		}
@@ -258,14 +402,19 @@ func (s *Store) migrate(ctx context.Context) error {
 	})
 }
 
-// Close closes the pool after the calls in progress; later calls return
-// store.ErrClosed. Safe to call twice.
+// Close closes the pool and the listener after the calls in progress, and
+// the Watch channels; later calls return store.ErrClosed. Safe to call
+// twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		close(s.jobs)
 		s.mu.Unlock()
+		s.stopListen()
+		s.listenOnce.Do(func() { close(s.listenDone) }) // never started
+		<-s.listenDone
+		s.watch.Close()
 		<-s.done
 		s.pool.Close()
 	})
@@ -285,47 +434,6 @@ func (s *Store) enter(what string) error {
 
 // errUnknownOutcome marks a connection lost during COMMIT.
 var errUnknownOutcome = errors.New("connection lost during commit; the write may or may not be stored")
-
-// tx runs fn in a transaction and commits it. A transaction whose
-// connection was lost before COMMIT is run again on a new connection.
-func (s *Store) tx(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
-	if err := s.enter(what); err != nil {
-		return err
-	}
-	defer s.mu.RUnlock()
-	for attempt := 1; ; attempt++ {
-		err := s.once(ctx, fn)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, errUnknownOutcome) && retryable(err) && attempt < retries && ctx.Err() == nil {
-			s.log.Warn("postgres: transaction failed before commit; retrying", "op", what, "attempt", attempt, "err", err)
-			if lost(err) {
-				s.pool.Reset()
-			}
-			continue
-		}
-		return fmt.Errorf("%s: %w", what, mapErr(err))
-	}
-}
-
-func (s *Store) once(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		if lost(err) {
-			return fmt.Errorf("%w: %w", errUnknownOutcome, err)
-		}
-		return err
-	}
-	return nil
-}
 
 // read runs a read, again after a lost connection.
 func (s *Store) read(ctx context.Context, what string, fn func() error) error {
@@ -351,7 +459,10 @@ func (s *Store) read(ctx context.Context, what string, fn func() error) error {
 func lost(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		// 25P03 and 57P05: the server ended an idle session (in a
+		// transaction, or out of one).
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" ||
+			pe.Code == "25P03" || pe.Code == "57P05"
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
@@ -387,6 +498,8 @@ func mapErr(err error) error {
 		case "25006", "42501": // read_only_sql_transaction, insufficient_privilege
 			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
 		case "53300", "57P03": // too_many_connections, cannot_connect_now
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case "55P03", "57014": // lock_not_available (lock_timeout), query_canceled (statement_timeout)
 			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		case "54000": // program_limit_exceeded: a value too big to store
 			return fmt.Errorf("%w: %w", store.ErrRefused, err)

@@ -39,6 +39,18 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, testDB(t)) })
 }
 
+// TestConformanceShared runs the checks of two stores (nodes) on one
+// database.
+func TestConformanceShared(t *testing.T) {
+	storetest.RunShared(t, storetest.Shared{
+		Open: func(t *testing.T) (store.Store, store.Store) {
+			dsn := testDB(t)
+			return openTest(t, dsn), openTest(t, dsn)
+		},
+		WatchesOthers: true,
+	})
+}
+
 // TestMigrateTwice opens a migrated database again, and two stores at once.
 func TestMigrateTwice(t *testing.T) {
 	dsn := testDB(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,9 @@ type writer struct {
 	cfg  *pgx.ConnConfig
 	conn *pgx.Conn // nil until connected, and after it was lost
 
+	// hook, when set (by tests), is called with the transaction open and
+	// the group's leases locked, between the two round trips.
+	hook atomic.Pointer[func()]
 }
 
 // write queues j to the writer and waits for its answer. The writer runs
@@ -238,7 +242,21 @@ func (w *writer) attempt(jobs []*job) (err error) {
 	slices.Sort(sessions)
 	sessions = slices.Compact(sessions)
 	inTx = true
-	epochs, lasts, err := checkRead(ctx, conn, sessions)
+	epochs, lasts, busy, err := checkRead(ctx, conn, sessions, false)
+	if err != nil && lockTimeout(err) && len(sessions) > 1 {
+		// Another transaction holds the lease of some session of the
+		// group (longer than lock_timeout): the appends of those
+		// sessions fail, the others go on. The locked rows are told by
+		// locking again, skipping them.
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			return err
+		}
+		epochs, lasts, busy, err = checkRead(ctx, conn, sessions, true)
+		if err == nil {
+			w.s.log.Warn("postgres: leases locked by another transaction past lock_timeout; their appends fail",
+				"sessions", slices.Sorted(maps.Keys(busy)), "appends", len(jobs))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -246,6 +264,10 @@ func (w *writer) attempt(jobs []*job) (err error) {
 	// The checks, in queue order: a refused job stages nothing.
 	g := newGroup()
 	for _, j := range jobs {
+		if busy[j.p.Session] {
+			j.err = fmt.Errorf("lease of %s locked by another transaction: %w", j.p.Session, store.ErrUnavailable)
+			continue
+		}
 		if err := g.check(j, epochs, lasts); err != nil {
 			j.err = err
 			continue
@@ -253,29 +275,30 @@ func (w *writer) attempt(jobs []*job) (err error) {
 		g.stage(j)
 	}
 
+	if hook := w.hook.Load(); hook != nil {
+		(*hook)()
+	}
+
 	// Round trip 2: the projection upserts, then the steps with the
-	// group's globals, taken from event_counter last: its row lock is held
-	// until the commit, so groups (of every node) commit in global order.
-	if err := g.flush(ctx, conn); err != nil {
+	// group's globals, taken from event_counter, the notification, and
+	// COMMIT, in one pipelined batch: event_counter's row is locked only
+	// while the server runs the end of that batch, never while it waits
+	// for this client.
+	committed, err := g.flush(ctx, conn)
+	if err != nil {
 		return err
 	}
-	// Round trip 3.
-	tag, err := conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return err // refused at commit: rolled back
-		}
-		return fmt.Errorf("%w: %w", errUnknownOutcome, err)
-	}
 	inTx = false
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("commit: server answered %s", tag)
+	if !committed {
+		return errors.New("commit: server answered ROLLBACK")
 	}
 	w.s.commits.Add(1)
 	w.s.appends.Add(g.appends)
 	w.s.rows.Add(g.rows)
 	g.answer()
+	if g.total > 0 {
+		w.s.watch.Signal()
+	}
 	return nil
 }
 
@@ -312,11 +335,13 @@ func (w *writer) connect(ctx context.Context) error {
 		return err
 	}
 	w.conn = conn
+	w.s.writerPID.Store(conn.PgConn().PID())
 	return nil
 }
 
 func (w *writer) disconnect() {
 	if w.conn != nil {
+		w.s.writerPID.Store(0)
 		_ = w.conn.Close(context.Background())
 		w.conn = nil
 	}
@@ -324,24 +349,32 @@ func (w *writer) disconnect() {
 
 // checkRead begins the group's transaction, locks the leases of sessions
 // and reads their epochs (absent: no lease) and the last sequence of their
-// logs, in one round trip.
-func checkRead(ctx context.Context, conn *pgx.Conn, sessions []string) (map[string]int64, map[string]int64, error) {
+// logs, in one round trip. With skipLocked it skips the leases another
+// transaction has locked instead of waiting for them, and reports them in
+// busy.
+func checkRead(ctx context.Context, conn *pgx.Conn, sessions []string, skipLocked bool) (epochs, lasts map[string]int64, busy map[string]bool, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`SELECT session, epoch FROM leases WHERE session = ANY($1::text[]) ORDER BY session FOR UPDATE`, sessions)
+	if skipLocked {
+		b.Queue(`SELECT session, epoch FROM leases WHERE session = ANY($1::text[]) ORDER BY session FOR UPDATE SKIP LOCKED`, sessions)
+		// Read after the locks: the rows that exist, locked or not.
+		b.Queue(`SELECT session FROM leases WHERE session = ANY($1::text[])`, sessions)
+	} else {
+		b.Queue(`SELECT session, epoch FROM leases WHERE session = ANY($1::text[]) ORDER BY session FOR UPDATE`, sessions)
+	}
 	b.Queue(`SELECT u.session, COALESCE((SELECT s.last FROM steps s WHERE s.session = u.session ORDER BY s.seq DESC LIMIT 1), 0)
 		FROM unnest($1::text[]) AS u (session)`, sessions)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	epochs := make(map[string]int64, len(sessions))
-	lasts := make(map[string]int64, len(sessions))
-	for _, m := range []map[string]int64{epochs, lasts} {
+	epochs = make(map[string]int64, len(sessions))
+	lasts = make(map[string]int64, len(sessions))
+	read := func(m map[string]int64) error {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		var session string
 		var n int64
@@ -349,9 +382,39 @@ func checkRead(ctx context.Context, conn *pgx.Conn, sessions []string) (map[stri
 			m[session] = n
 			return nil
 		})
+		return err
+	}
+	if err := read(epochs); err != nil {
+		return nil, nil, nil, err
+	}
+	if skipLocked {
+		rows, err := br.Query()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
+		}
+		var session string
+		_, err = pgx.ForEachRow(rows, []any{&session}, func() error {
+			if _, ok := epochs[session]; !ok {
+				if busy == nil {
+					busy = map[string]bool{}
+				}
+				busy[session] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	return epochs, lasts, br.Close()
+	if err := read(lasts); err != nil {
+		return nil, nil, nil, err
+	}
+	return epochs, lasts, busy, br.Close()
+}
+
+// lockTimeout reports whether err is the server giving up a lock wait
+// (lock_timeout).
+func lockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }

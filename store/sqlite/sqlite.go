@@ -31,6 +31,13 @@
 // following EventListAll by AfterGlobal never skips a record. Schema
 // version 2 moved the version 1 events table (a row per event) into steps.
 //
+// # Several nodes
+//
+// Table nodes holds the heartbeats of the processes sharing the file
+// (NodeBeat) and outputs saves tasks' output in chunks of 256 KiB. Watch
+// tells of this Store's own commits of events only; another Store or
+// process on the same file is not heard.
+//
 // # Files
 //
 // The database file is created with mode 0600 (SQLite gives the -wal and
@@ -84,6 +91,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/internal/watch"
 )
 
 // Options tunes a Store; nil or zero fields mean the defaults.
@@ -145,11 +153,15 @@ type Store struct {
 	commits atomic.Int64
 	appends atomic.Int64
 	rows    atomic.Int64
+
+	// watch are the Watch channels, woken after commits of events.
+	watch watch.Set
 }
 
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.StatsReader = (*Store)(nil)
+	_ store.Watcher     = (*Store)(nil)
 )
 
 // Stats implements store.StatsReader.
@@ -313,6 +325,7 @@ func (s *Store) Close() error {
 		close(s.jobs)
 		s.mu.Unlock()
 		<-s.done
+		s.watch.Close()
 		s.closeErr = errors.Join(s.rdb.Close(), s.w.close(), s.wdb.Close())
 		if s.closeErr != nil {
 			s.closeErr = fmt.Errorf("close %s: %w", s.path, s.closeErr)

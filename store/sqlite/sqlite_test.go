@@ -51,6 +51,16 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceShared runs the checks of two stores on one file.
+func TestConformanceShared(t *testing.T) {
+	storetest.RunShared(t, storetest.Shared{
+		Open: func(t *testing.T) (store.Store, store.Store) {
+			path := filepath.Join(t.TempDir(), "vigil.db")
+			return openTest(t, path, nil), openTest(t, path, nil)
+		},
+	})
+}
+
 // TestFileModes checks that a new database and its directory are private.
 func TestFileModes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")

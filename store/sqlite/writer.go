@@ -263,6 +263,9 @@ func (s *Store) attempt(jobs []*job) (int, error) {
 	s.commits.Add(1)
 	s.appends.Add(g.appends)
 	s.rows.Add(g.rows)
+	if len(g.steps) > 0 {
+		s.watch.Signal()
+	}
 	return -1, nil
 }
 

@@ -279,6 +279,14 @@ func testClose(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	l := acquire(t, s, "s", "A", base)
 	appendOK(t, s, "s", l.Epoch, recs("s", 1, 1, "x"), nil)
+	var watch <-chan struct{}
+	w, isWatcher := s.(store.Watcher)
+	if isWatcher {
+		var err error
+		if watch, err = w.Watch(ctx); err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -317,6 +325,20 @@ func testClose(t *testing.T, s store.Store) {
 	check("TaskList", err)
 	_, err = s.NoteList(ctx, "s")
 	check("NoteList", err)
+	check("NodeBeat", s.NodeBeat(ctx, &store.Node{ID: "n"}))
+	_, err = s.NodeList(ctx)
+	check("NodeList", err)
+	check("NodeLeave", s.NodeLeave(ctx, "n"))
+	_, err = s.LeaseList(ctx)
+	check("LeaseList", err)
+	check("OutputSave", s.OutputSave(ctx, &store.OutputSaveParams{Session: "s", Task: "t", Data: []byte("x")}))
+	_, err = s.OutputRead(ctx, &store.OutputReadParams{Session: "s", Task: "t"})
+	check("OutputRead", err)
+	if isWatcher {
+		waitClosed(t, watch, "watch of a closed store")
+		_, err = w.Watch(ctx)
+		check("Watch", err)
+	}
 }
 
 // testText: text a database cannot hold (a NUL byte in JSON data or in a

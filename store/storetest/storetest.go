@@ -1,9 +1,11 @@
 // Package storetest is the conformance suite every store.Store backend
 // passes: Run checks the log, sequence conflicts, notification uniqueness,
 // leases and fencing, concurrency, replay, large payloads, snapshots,
-// projections, Close and error wrapping. RunFault checks what a backend does
-// when its storage fills up or goes away, with a fault the backend's own test
-// knows how to cause.
+// projections, nodes, the lease list, task outputs, Watch, Close and error
+// wrapping. RunShared checks two stores on one database (two nodes):
+// global order with writers on both, and what one sees of the other's
+// writes. RunFault checks what a backend does when its storage fills up or
+// goes away, with a fault the backend's own test knows how to cause.
 package storetest
 
 import (
@@ -55,6 +57,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Projections", testProjections},
 		{"Errors", testErrors},
 		{"Text", testText},
+		{"Nodes", testNodes},
+		{"LeaseList", testLeaseList},
+		{"Output", testOutput},
+		{"Watch", testWatch},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
