@@ -809,6 +809,10 @@ func (a *actor) loseLease(why error) {
 			// store answers.
 			a.rt.log.Error("session lease expired without renewal; stopping the session here", "session", a.id, "err", why)
 			a.movedErr = fmt.Errorf("%w: the session's lease lapsed while the store could not be written (%v); this node takes it back when the store answers", errStoreDown, why)
+			if a.rt.cl != nil {
+				// Another node may run it now: the caller looks for it.
+				a.movedErr = fmt.Errorf("%w: the session's lease lapsed without renewal (%v)", errMoved, why)
+			}
 		}
 		a.moved = true
 		go a.stop()

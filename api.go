@@ -51,7 +51,22 @@ type SessionParams struct {
 }
 
 // CreateSession creates a session, commits it and starts it.
+//
+// In a cluster it goes to the live node that runs the fewest sessions
+// (this one unless another runs at least two fewer); when that node
+// cannot be reached it is made here.
 func (r *Runtime) CreateSession(ctx context.Context, params *SessionParams) (*Session, error) {
+	if r.cl != nil {
+		if id, addr := r.placeFor(r.clock.Now()); addr != "" {
+			r.cl.sent(id)
+			sess, err := forward[*Session](ctx, r, addr, callCreate, "", params)
+			var down *peerDown
+			if !errors.As(err, &down) {
+				return sess, wrapErr(err)
+			}
+			r.log.Debug("the least loaded node did not answer; the session is made here", "node", addr, "err", err)
+		}
+	}
 	sess, err := r.createSession(ctx, params)
 	return sess, wrapErr(err)
 }
@@ -213,6 +228,10 @@ type PromptParams struct {
 // Prompt queues a user prompt for the session's main agent and returns its
 // inbox item.
 func (r *Runtime) Prompt(ctx context.Context, session SessionID, p *PromptParams) (ItemID, error) {
+	return route(ctx, r, callPrompt, session, p, r.prompt)
+}
+
+func (r *Runtime) prompt(ctx context.Context, session SessionID, p *PromptParams) (ItemID, error) {
 	if p == nil {
 		return "", invalidf("a prompt needs text")
 	}
@@ -235,6 +254,10 @@ type MessageParams struct {
 // that round's answer settles it: the message joins the run, or the next
 // run answers it.
 func (r *Runtime) Message(ctx context.Context, session SessionID, p *MessageParams) (*Message, error) {
+	return route(ctx, r, callMessage, session, p, r.message)
+}
+
+func (r *Runtime) message(ctx context.Context, session SessionID, p *MessageParams) (*Message, error) {
 	if p == nil {
 		return nil, invalidf("a message needs a recipient and text")
 	}
@@ -268,6 +291,11 @@ type SpawnParams struct {
 // Spawn starts a background agent owned by the session's main agent and
 // returns its agent and task ids.
 func (r *Runtime) Spawn(ctx context.Context, session SessionID, p *SpawnParams) (AgentID, TaskID, error) {
+	s, err := route(ctx, r, callSpawn, session, p, r.spawnCall)
+	return s.Agent, s.Task, err
+}
+
+func (r *Runtime) spawn(ctx context.Context, session SessionID, p *SpawnParams) (AgentID, TaskID, error) {
 	if p == nil {
 		return "", "", invalidf("a spawn needs a prompt")
 	}
@@ -283,6 +311,11 @@ func (r *Runtime) Spawn(ctx context.Context, session SessionID, p *SpawnParams) 
 // Ack acknowledges items of a caller's inbox: they are delivered and leave
 // it. Acknowledging an item twice is harmless.
 func (r *Runtime) Ack(ctx context.Context, session SessionID, items []ItemID) error {
+	_, err := route(ctx, r, callAck, session, items, errOnly(r.ack))
+	return err
+}
+
+func (r *Runtime) ack(ctx context.Context, session SessionID, items []ItemID) error {
 	_, err := r.do(ctx, session, core.CallerAck{Agent: core.MainAgent, Items: ids[core.ItemID](items)})
 	return err
 }
@@ -294,6 +327,11 @@ type HoldParams struct {
 
 // Hold holds the session's queue of user prompts. Nothing else is held.
 func (r *Runtime) Hold(ctx context.Context, session SessionID, p *HoldParams) error {
+	_, err := route(ctx, r, callHold, session, p, errOnly(r.hold))
+	return err
+}
+
+func (r *Runtime) hold(ctx context.Context, session SessionID, p *HoldParams) error {
 	if p == nil {
 		p = &HoldParams{}
 	}
@@ -303,6 +341,11 @@ func (r *Runtime) Hold(ctx context.Context, session SessionID, p *HoldParams) er
 
 // Resume releases the hold; by says who.
 func (r *Runtime) Resume(ctx context.Context, session SessionID, by string) error {
+	_, err := route(ctx, r, callResume, session, by, errOnly(r.resume))
+	return err
+}
+
+func (r *Runtime) resume(ctx context.Context, session SessionID, by string) error {
 	_, err := r.do(ctx, session, core.ResumeQueue{By: by})
 	return err
 }
@@ -322,6 +365,11 @@ func agentAction(p *AgentActionParams) (*AgentActionParams, error) {
 
 // CancelRun cancels an agent's current run.
 func (r *Runtime) CancelRun(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	_, err := route(ctx, r, callCancelRun, session, p, errOnly(r.cancelRun))
+	return err
+}
+
+func (r *Runtime) cancelRun(ctx context.Context, session SessionID, p *AgentActionParams) error {
 	p, err := agentAction(p)
 	if err != nil {
 		return err
@@ -333,6 +381,11 @@ func (r *Runtime) CancelRun(ctx context.Context, session SessionID, p *AgentActi
 // RetryAgent releases an agent that a failed run left blocked or backing
 // off: it runs now for its inbox, and its items' attempts start again.
 func (r *Runtime) RetryAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	_, err := route(ctx, r, callRetryAgent, session, p, errOnly(r.retryAgent))
+	return err
+}
+
+func (r *Runtime) retryAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
 	p, err := agentAction(p)
 	if err != nil {
 		return err
@@ -343,6 +396,11 @@ func (r *Runtime) RetryAgent(ctx context.Context, session SessionID, p *AgentAct
 
 // CloseAgent closes an agent and what it owns.
 func (r *Runtime) CloseAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
+	_, err := route(ctx, r, callCloseAgent, session, p, errOnly(r.closeAgent))
+	return err
+}
+
+func (r *Runtime) closeAgent(ctx context.Context, session SessionID, p *AgentActionParams) error {
 	p, err := agentAction(p)
 	if err != nil {
 		return err
@@ -359,6 +417,11 @@ type StopTaskParams struct {
 
 // StopTask stops a task: its command, or its subagent's run.
 func (r *Runtime) StopTask(ctx context.Context, session SessionID, p *StopTaskParams) error {
+	_, err := route(ctx, r, callStopTask, session, p, errOnly(r.stopTask))
+	return err
+}
+
+func (r *Runtime) stopTask(ctx context.Context, session SessionID, p *StopTaskParams) error {
 	if p == nil || p.Task == "" {
 		return invalidf("name a task")
 	}
@@ -377,6 +440,11 @@ type SetBudgetParams struct {
 // SetBudget replaces a budget and releases the agents a spent budget
 // blocked.
 func (r *Runtime) SetBudget(ctx context.Context, session SessionID, p *SetBudgetParams) error {
+	_, err := route(ctx, r, callSetBudget, session, p, errOnly(r.setBudget))
+	return err
+}
+
+func (r *Runtime) setBudget(ctx context.Context, session SessionID, p *SetBudgetParams) error {
 	if p == nil {
 		return invalidf("a budget is needed")
 	}
@@ -392,6 +460,11 @@ type CancelItemParams struct {
 
 // CancelItem removes a queued prompt or continuation.
 func (r *Runtime) CancelItem(ctx context.Context, session SessionID, p *CancelItemParams) error {
+	_, err := route(ctx, r, callCancelItem, session, p, errOnly(r.cancelItem))
+	return err
+}
+
+func (r *Runtime) cancelItem(ctx context.Context, session SessionID, p *CancelItemParams) error {
 	if p == nil || p.Item == "" {
 		return invalidf("name an item")
 	}
@@ -407,6 +480,11 @@ type MoveItemParams struct {
 
 // MoveItem moves a queued item within its inbox.
 func (r *Runtime) MoveItem(ctx context.Context, session SessionID, p *MoveItemParams) error {
+	_, err := route(ctx, r, callMoveItem, session, p, errOnly(r.moveItem))
+	return err
+}
+
+func (r *Runtime) moveItem(ctx context.Context, session SessionID, p *MoveItemParams) error {
 	if p == nil || p.Item == "" {
 		return invalidf("name an item")
 	}
@@ -428,6 +506,11 @@ type AnswerApprovalParams struct {
 
 // AnswerApproval answers a permission request.
 func (r *Runtime) AnswerApproval(ctx context.Context, session SessionID, p *AnswerApprovalParams) error {
+	_, err := route(ctx, r, callAnswerApproval, session, p, errOnly(r.answerApproval))
+	return err
+}
+
+func (r *Runtime) answerApproval(ctx context.Context, session SessionID, p *AnswerApprovalParams) error {
 	if p == nil || p.Approval == "" {
 		return invalidf("name a permission request")
 	}
@@ -441,6 +524,11 @@ func (r *Runtime) AnswerApproval(ctx context.Context, session SessionID, p *Answ
 // CloseSession closes every agent of the session and the session; by says
 // who.
 func (r *Runtime) CloseSession(ctx context.Context, session SessionID, by string) error {
+	_, err := route(ctx, r, callCloseSession, session, by, errOnly(r.closeSession))
+	return err
+}
+
+func (r *Runtime) closeSession(ctx context.Context, session SessionID, by string) error {
 	_, err := r.do(ctx, session, core.CloseSession{By: by, Reason: "closed by " + by})
 	return err
 }
@@ -479,6 +567,10 @@ type SessionGetParams struct {
 // SessionGet returns a session with its agents, tasks, pending approvals,
 // hold, and the status of every non-empty inbox.
 func (r *Runtime) SessionGet(ctx context.Context, session SessionID, p *SessionGetParams) (*SessionDetail, error) {
+	return route(ctx, r, callSessionGet, session, p, r.sessionGet)
+}
+
+func (r *Runtime) sessionGet(ctx context.Context, session SessionID, p *SessionGetParams) (*SessionDetail, error) {
 	var d *SessionDetail
 	err := r.inspect(ctx, session, func(s *core.State) { d = detailOut(s, r.clock.Now(), p) })
 	return d, err
@@ -487,6 +579,10 @@ func (r *Runtime) SessionGet(ctx context.Context, session SessionID, p *SessionG
 // SessionStatus lists the session's non-empty inboxes and why each is not
 // draining, what each run in progress waits on, and its budget.
 func (r *Runtime) SessionStatus(ctx context.Context, session SessionID) (*Status, error) {
+	return route(ctx, r, callSessionStatus, session, struct{}{}, r.sessionStatusCall)
+}
+
+func (r *Runtime) sessionStatus(ctx context.Context, session SessionID) (*Status, error) {
 	var st *Status
 	err := r.inspect(ctx, session, func(s *core.State) { st = statusOut(s, r.clock.Now()) })
 	return st, err
@@ -519,6 +615,10 @@ func (r *Runtime) SessionList(ctx context.Context, p *SessionListParams) ([]Sess
 // AgentGet returns an agent (by id or name) with its run history and
 // transcript.
 func (r *Runtime) AgentGet(ctx context.Context, session SessionID, agent string) (*AgentDetail, error) {
+	return route(ctx, r, callAgentGet, session, agent, r.agentGet)
+}
+
+func (r *Runtime) agentGet(ctx context.Context, session SessionID, agent string) (*AgentDetail, error) {
 	var d *AgentDetail
 	err := r.inspect(ctx, session, func(s *core.State) {
 		if a := s.Agent(agent); a != nil {
@@ -534,6 +634,10 @@ func (r *Runtime) AgentGet(ctx context.Context, session SessionID, agent string)
 // RunList lists the runs of an agent (by id or name), or of every agent
 // when agent is empty, ended ones first, then the one in progress.
 func (r *Runtime) RunList(ctx context.Context, session SessionID, agent string) ([]Run, error) {
+	return route(ctx, r, callRunList, session, agent, r.runList)
+}
+
+func (r *Runtime) runList(ctx context.Context, session SessionID, agent string) ([]Run, error) {
 	var out []Run
 	found := agent == ""
 	err := r.inspect(ctx, session, func(s *core.State) {
@@ -559,6 +663,10 @@ func (r *Runtime) RunList(ctx context.Context, session SessionID, agent string) 
 // InboxList lists the queued items of an agent (by id or name), or of
 // every agent when agent is empty, in the order they run.
 func (r *Runtime) InboxList(ctx context.Context, session SessionID, agent string) ([]InboxItem, error) {
+	return route(ctx, r, callInboxList, session, agent, r.inboxList)
+}
+
+func (r *Runtime) inboxList(ctx context.Context, session SessionID, agent string) ([]InboxItem, error) {
 	var out []InboxItem
 	found := agent == ""
 	err := r.inspect(ctx, session, func(s *core.State) {
@@ -588,8 +696,7 @@ type TaskOutputParams struct {
 
 // TaskOutput reads a shell task's output file.
 func (r *Runtime) TaskOutput(ctx context.Context, session SessionID, p *TaskOutputParams) (*TaskOutput, error) {
-	out, err := r.taskOutput(ctx, session, p)
-	return out, wrapErr(err)
+	return route(ctx, r, callTaskOutput, session, p, r.taskOutput)
 }
 
 func (r *Runtime) taskOutput(ctx context.Context, session SessionID, p *TaskOutputParams) (*TaskOutput, error) {
@@ -629,6 +736,10 @@ func (r *Runtime) taskOutput(ctx context.Context, session SessionID, p *TaskOutp
 		limit = 1 << 20
 	}
 	data, next, err := shell.ReadOutput(path, p.Offset, limit)
+	if errors.Is(err, fs.ErrNotExist) && r.cl != nil && !mirrored {
+		// Run by a node that is gone: its output is in the store.
+		data, next, err = r.storedOutput(ctx, core.SessionID(session), core.TaskID(p.Task), p.Offset, limit)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}
@@ -720,6 +831,11 @@ func (r *Runtime) Transcript(ctx context.Context, w io.Writer, p *TranscriptPara
 // WaitQuiescent waits until the session has nothing left to do: no run in
 // progress, no live task, no timer, every inbox empty.
 func (r *Runtime) WaitQuiescent(ctx context.Context, session SessionID) error {
+	_, err := route(ctx, r, callWaitQuiescent, session, struct{}{}, r.waitQuiescentCall)
+	return err
+}
+
+func (r *Runtime) waitQuiescent(ctx context.Context, session SessionID) error {
 	a, err := r.actor(string(session))
 	if err != nil {
 		return wrapErr(err)

@@ -3,7 +3,9 @@ package vigil
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,7 +187,7 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 	case "Bash":
 		return r.execBash(ctx, env, ef)
 	case "TaskOutput":
-		return r.execTaskOutput(env.sessionDir, ef.Input)
+		return r.execTaskOutput(ctx, env, ef.Input)
 	case "Read", "Write", "Edit", "Glob", "Grep":
 		if len(env.roots) == 0 {
 			return "Error: this session has no working directory; file tools are unavailable", true
@@ -268,7 +270,7 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func (r *Runtime) execTaskOutput(sessionDir string, input json.RawMessage) (string, bool) {
+func (r *Runtime) execTaskOutput(ctx context.Context, env toolEnv, input json.RawMessage) (string, bool) {
 	var in core.TaskOutputRequest
 	if err := json.Unmarshal(input, &in); err != nil {
 		return "Error: invalid input: " + err.Error(), true
@@ -280,8 +282,12 @@ func (r *Runtime) execTaskOutput(sessionDir string, input json.RawMessage) (stri
 	if limit <= 0 || limit > int64(r.opts.MaxToolOutput) {
 		limit = int64(r.opts.MaxToolOutput)
 	}
-	data, next, err := shell.ReadOutput(filepath.Join(sessionDir, filepath.FromSlash(in.OutputPath)), in.Offset, limit)
-	if err != nil && !os.IsNotExist(err) {
+	data, next, err := shell.ReadOutput(filepath.Join(env.sessionDir, filepath.FromSlash(in.OutputPath)), in.Offset, limit)
+	if errors.Is(err, fs.ErrNotExist) && r.cl != nil {
+		// Run by a node that is gone: its output is in the store.
+		data, next, err = r.storedOutput(ctx, env.session, core.TaskID(in.TaskID), in.Offset, limit)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "Error: read output: " + err.Error(), true
 	}
 	b, _ := json.Marshal(core.TaskOutputResult{TaskID: in.TaskID, Status: in.Status, Output: string(data), NextOffset: next, ExitCode: in.ExitCode})
@@ -303,9 +309,16 @@ func (a *actor) startShell(ef core.StartShell) {
 		return
 	}
 	a.procs[ef.Task] = p
+	if a.rt.cl != nil {
+		a.rt.cl.saves.Add(1)
+	}
 	go func() {
 		a.submitEffect(core.ProcessStarted{Task: ef.Task, PID: p.PID(), StartTicks: p.StartTime(), Cgroup: cg})
 		res := p.Wait()
+		if a.rt.cl != nil {
+			a.rt.saveOutput(a.id, ef.Task, out)
+			a.rt.cl.saves.Done()
+		}
 		a.submitEffect(core.ProcessExited{
 			Task: ef.Task, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
 			Stopped: res.Stopped, Tail: tail(res.Tail, 2000),

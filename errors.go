@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/store"
@@ -55,6 +56,10 @@ type Error struct {
 	Message string
 	// Err is the cause, kept for errors.Is and errors.As.
 	Err error
+	// RetryAfter, when positive, says the same request may succeed after
+	// it: the session is between nodes (a failover). Nothing of the
+	// request was kept.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -158,7 +163,7 @@ func wrapErr(err error) error {
 			return err
 		}
 		// An *Error wrapped with more context: keep the context.
-		return &Error{Code: e.Code, Message: err.Error(), Err: err}
+		return &Error{Code: e.Code, Message: err.Error(), Err: err, RetryAfter: e.RetryAfter}
 	}
 	return &Error{Code: CodeOf(err), Message: err.Error(), Err: err}
 }

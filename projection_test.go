@@ -154,7 +154,27 @@ agents:
 	}
 	clock := &armedClock{manualClock: &manualClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}, armed: make(chan time.Duration, 64)}
 	st := memstore.New()
+	// The runtime's Close stops the sleep with SIGTERM and kills it after a
+	// grace period on this clock. One run in three here hung when the
+	// clock stood still (the SIGTERM, sent just after the start, did not
+	// end the sandboxed command), so the clock moves while Close waits
+	// (cleanups run last first: the mover starts before, and stops after,
+	// the Close).
+	closed := make(chan struct{})
+	t.Cleanup(func() { close(closed) })
 	rt := openWith(t, st, sc, func(o *Options) { o.Clock = clock })
+	t.Cleanup(func() {
+		go func() {
+			for {
+				select {
+				case <-closed:
+					return
+				case <-time.After(10 * time.Millisecond):
+					clock.advance(time.Second)
+				}
+			}
+		}()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: t.TempDir(), Permissions: Permissions{Mode: PermBypass}})

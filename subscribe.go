@@ -2,6 +2,7 @@ package vigil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -168,7 +169,14 @@ func recordSize(r store.Record) int64 {
 	return int64(len(r.Data)+len(r.Session)+len(r.Type)) + recordOverhead
 }
 
+// publish hands committed records to the live subscriptions. In a
+// cluster every subscription follows the log (feed), which this wakes, so
+// that each carries every node's events in order.
 func (a *actor) publish(recs []store.Record) {
+	if a.rt.cl != nil {
+		a.rt.cl.feed.wake()
+		return
+	}
 	a.subs.publish(recs)
 	a.rt.allSubs.publish(recs)
 }
@@ -257,6 +265,9 @@ func (r *Runtime) subscribeAll(ctx context.Context, p *SubscribeParams, l *liste
 
 func (r *Runtime) subscribeSession(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
 	session := string(p.Session)
+	if r.cl != nil {
+		return r.subscribeFeed(ctx, p)
+	}
 	a, err := r.actor(session)
 	if err != nil {
 		if _, gerr := r.st.SessionGet(ctx, session); gerr != nil {
@@ -270,8 +281,36 @@ func (r *Runtime) subscribeSession(ctx context.Context, p *SubscribeParams) (*Su
 		f = a.subs
 		l = f.add(bufferOf(p))
 	}
+	return r.sessionStream(ctx, p, f, l)
+}
+
+// subscribeFeed subscribes to a session in a cluster: its stored events,
+// then its live ones from the log, whichever node runs it. A closed
+// session's stream carries its stored events only.
+func (r *Runtime) subscribeFeed(ctx context.Context, p *SubscribeParams) (*Subscription, error) {
+	session := string(p.Session)
+	row, err := r.st.SessionGet(ctx, session)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("session %s: %w", session, errNoSession)
+	case err != nil:
+		return nil, fmt.Errorf("session %s: %w: %v", session, errStoreDown, err)
+	}
+	var f *fanout
+	var l *listener
+	if !row.Closed {
+		f, l = r.cl.feed.listen(p.Session, bufferOf(p))
+	}
+	return r.sessionStream(ctx, p, f, l)
+}
+
+// sessionStream streams a session's events by Seq, the live ones from l
+// (registered on f; nil: stored events only).
+func (r *Runtime) sessionStream(ctx context.Context, p *SubscribeParams, f *fanout, l *listener) (*Subscription, error) {
+	session := string(p.Session)
 	after := p.After
 	if p.FromNow {
+		var err error
 		if after, err = r.st.LastSeq(ctx, session); err != nil {
 			if l != nil {
 				f.remove(l)

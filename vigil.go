@@ -98,6 +98,9 @@ type Options struct {
 	// value confines them to the session's directories where the machine
 	// can.
 	Sandbox Sandbox
+	// Cluster, when set, makes this runtime one node of several sharing
+	// the store (see ClusterOptions); nil runs a single node.
+	Cluster *ClusterOptions
 }
 
 // Runtime runs sessions.
@@ -127,8 +130,12 @@ type Runtime struct {
 	// them, sees every lease they acquired given up.
 	inflight sync.WaitGroup
 	allSubs  *fanout
-	iso      Isolation
-	sandbox  sandbox.Report
+	// cl is the runtime's part in a cluster; nil for a single node.
+	cl *cluster
+	// started is when the runtime opened.
+	started time.Time
+	iso     Isolation
+	sandbox sandbox.Report
 }
 
 // Open starts a runtime on a store and takes over every open session in it:
@@ -185,7 +192,7 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
 		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL, takeovers: map[core.SessionID]*takeover{},
-		loopStop: make(chan struct{}), allSubs: newFanout(),
+		loopStop: make(chan struct{}), allSubs: newFanout(), started: opts.Clock.Now(),
 	}
 	iso, rep, err := setupIsolation(ctx, opts.Sandbox, opts.DataDir)
 	if err != nil {
@@ -197,6 +204,12 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 	if iso.Warning != "" {
 		r.log.Warn(iso.Warning)
 	}
+	if opts.Cluster != nil {
+		if err := r.joinCluster(ctx, *opts.Cluster); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
 	if err := r.recoverAll(ctx); err != nil {
 		r.Close()
 		return nil, err
@@ -205,6 +218,11 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 	r.wg.Add(2)
 	go renew()
 	go adopt()
+	if r.cl != nil {
+		r.wg.Add(2)
+		go r.periodically(r.cl.opts.Heartbeat, nil, r.beat)()
+		go r.feedLoop()
+	}
 	return r, nil
 }
 
@@ -226,12 +244,21 @@ func randomID() string {
 // the time does not (BenchmarkOpenSessions).
 const recoverWorkers = 128
 
+// clusterRecoverWorkers is recoverWorkers for a cluster node.
+const clusterRecoverWorkers = 4
+
 // recoverAll takes over the open sessions of the store that Adopt accepts
 // and no live owner holds, recoverWorkers at a time.
 func (r *Runtime) recoverAll(ctx context.Context) error {
-	rows, err := r.st.SessionList(ctx, &store.SessionListParams{Open: true})
+	var rows []store.SessionRow
+	var err error
+	if r.cl != nil {
+		rows, err = r.clusterCandidates(ctx)
+	} else if rows, err = r.st.SessionList(ctx, &store.SessionListParams{Open: true}); err != nil {
+		err = fmt.Errorf("vigil: list sessions: %w", err)
+	}
 	if err != nil {
-		return fmt.Errorf("vigil: list sessions: %w", err)
+		return err
 	}
 	todo := make([]core.SessionID, 0, len(rows))
 	for _, row := range rows {
@@ -253,7 +280,13 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		wg     sync.WaitGroup
 		done   atomic.Bool
 	)
-	for range min(recoverWorkers, len(todo)) {
+	workers := recoverWorkers
+	if r.cl != nil {
+		// The store's pool is shared with the heartbeats and renewals,
+		// and a takeover may wait for a paused node's row lock.
+		workers = clusterRecoverWorkers
+	}
+	for range min(workers, len(todo)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -354,7 +387,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
 	lease, err := r.st.LeaseAcquire(ctx, p)
 	var held *store.LeaseHeldError
-	if errors.As(err, &held) && nodeGone(held.Owner) {
+	if errors.As(err, &held) && (nodeGone(held.Owner) || (r.cl != nil && r.cl.dead(r.opts.Node, held.Owner, r.clock.Now()))) {
 		p.Steal = held.Owner
 		lease, err = r.st.LeaseAcquire(ctx, p)
 	}
@@ -472,14 +505,27 @@ func decodeEvent(rec store.Record) (core.Event, error) {
 // Its first round is armed when it is made; run it on a goroutine of its
 // own.
 func (r *Runtime) renewLoop() func() {
-	return r.periodically(r.leaseTTL/3, r.renewAll)
+	var poke <-chan struct{}
+	if r.cl != nil {
+		poke = r.cl.renewNow
+	}
+	return r.periodically(r.leaseTTL/3, poke, r.renewAll)
 }
 
 // adoptLoop takes over, at the same period, the sessions whose owner went
 // away. It is a loop of its own: an adoption that is slow or blocked (a
 // takeover waits for the store) never delays the renewals.
+//
+// In a cluster it runs every two heartbeats, and at once when the
+// heartbeat sees a node die, leave or drain; a pass reads the leases
+// only, and takes over just the sessions whose lease is free or whose
+// owner is dead.
 func (r *Runtime) adoptLoop() func() {
-	return r.periodically(r.leaseTTL/3, func() {
+	d, poke := r.leaseTTL/3, (<-chan struct{})(nil)
+	if r.cl != nil {
+		d, poke = 2*r.cl.opts.Heartbeat, r.cl.adoptNow
+	}
+	return r.periodically(d, poke, func() {
 		if err := r.recoverAll(r.ctx); err != nil && r.ctx.Err() == nil {
 			r.log.Warn("adopting orphaned sessions failed; will retry", "err", err)
 		}
@@ -490,8 +536,9 @@ func (r *Runtime) adoptLoop() func() {
 // runtime closes, and returns the loop that runs it (it calls r.wg.Done
 // at its end). The first round is armed now, the next one as each round
 // starts, so a slow round does not push the next back: it starts as soon
-// as the slow one ends.
-func (r *Runtime) periodically(d time.Duration, f func()) func() {
+// as the slow one ends. A receive on poke (nil: none) runs a round at
+// once.
+func (r *Runtime) periodically(d time.Duration, poke <-chan struct{}, f func()) func() {
 	arm := func() (<-chan struct{}, Timer) {
 		c := make(chan struct{})
 		return c, r.clock.AfterFunc(d, func() { close(c) })
@@ -505,6 +552,8 @@ func (r *Runtime) periodically(d time.Duration, f func()) func() {
 				t.Stop()
 				return
 			case <-next:
+			case <-poke:
+				t.Stop()
 			}
 			next, t = arm()
 			f()
@@ -544,7 +593,8 @@ func (r *Runtime) renewAll() {
 	var late atomic.Bool
 	wait := r.leaseTTL / 3
 	t := r.clock.AfterFunc(wait, func() { late.Store(true); cancel() })
-	res, err := r.st.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: r.opts.Node, Leases: refs, TTL: r.leaseTTL, Now: r.clock.Now()})
+	start := r.clock.Now()
+	res, err := r.st.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: r.opts.Node, Leases: refs, TTL: r.leaseTTL, Now: start})
 	t.Stop()
 	cancel()
 	if r.ctx.Err() != nil {
@@ -554,6 +604,9 @@ func (r *Runtime) renewAll() {
 		err = fmt.Errorf("renew %d leases: the store did not answer within %s: %w", len(refs), wait, err)
 	}
 	if err == nil {
+		if r.cl != nil {
+			r.cl.renewed(start)
+		}
 		for _, id := range res.Renewed {
 			if a := actors[id]; a != nil {
 				a.renewed(res.Expires)
@@ -605,13 +658,23 @@ func (r *Runtime) Close() error {
 		}
 	}
 	r.mu.Unlock()
+	if r.cl != nil {
+		r.drain()
+	}
 	close(r.loopStop)
 	r.stopActors(actors)
 	r.cancel()
 	r.wg.Wait()
+	if r.cl != nil {
+		r.waitSaves()
+	}
 	// Every actor has stopped and made its last write: no write follows
 	// a release under its epoch.
 	r.releaseLeases(actors)
+	if r.cl != nil {
+		r.leave()
+		r.cl.feed.closeAll()
+	}
 	r.allSubs.closeAll()
 	if r.iso.Containment.Cgroups {
 		// The sessions' commands have ended; their empty groups go.
@@ -756,7 +819,10 @@ func (r *Runtime) waitTakeover(id string) (*actor, error) {
 func (r *Runtime) takeoverErr(id string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
-		return fmt.Errorf("session %s: %w", id, errMoved)
+		return fmt.Errorf("session %s: %w (%w)", id, errMoved, err)
+	case errors.Is(err, store.ErrFenced):
+		// Another node took the session while this one took it over.
+		return fmt.Errorf("session %s: %w (%w)", id, errMoved, err)
 	case errors.Is(err, errRuntimeDone):
 		return err
 	}
