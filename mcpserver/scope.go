@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/vigilrun/vigil"
 )
@@ -23,6 +24,10 @@ var (
 // answers (its error text). A code the runtime adds later answers with the
 // runtime's own message.
 func toolErr(err error) error {
+	var e *vigil.Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return fmt.Errorf("%w; call again in %s", err, e.RetryAfter.Round(time.Second))
+	}
 	switch vigil.CodeOf(err) {
 	case "":
 		return nil

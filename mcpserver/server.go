@@ -114,6 +114,12 @@ type Options struct {
 	NewKey func() string
 	// Version is reported to clients as the server's version.
 	Version string
+	// SessionTag, when set, begins the id of every MCP session the HTTP
+	// handler makes: "<tag>.<random>". Several nodes serving one cluster
+	// each give their own (server.NodeTag of the node's id), so that a
+	// request reaching any node can be sent to the node that holds its
+	// session in memory. It must hold only letters, digits, '-' and '_'.
+	SessionTag string
 }
 
 // Server serves vigil's MCP tools over one Runtime. Its methods are safe for
@@ -213,8 +219,11 @@ vigil_close ends a task you no longer need and frees its name; vigil_list shows 
 // newMCP returns an SDK server with the tools, whose calls without an
 // explicit owner key get theirs from connKey.
 func (s *Server) newMCP(key string, connKey func(*mcp.CallToolRequest) string) *mcp.Server {
-	ms := mcp.NewServer(&mcp.Implementation{Name: "vigil", Title: "vigil: durable background agents", Version: s.opts.Version},
-		&mcp.ServerOptions{Instructions: instructions(key), Logger: s.log})
+	so := &mcp.ServerOptions{Instructions: instructions(key), Logger: s.log}
+	if tag := s.opts.SessionTag; tag != "" {
+		so.GetSessionID = func() string { return tag + "." + rand.Text() }
+	}
+	ms := mcp.NewServer(&mcp.Implementation{Name: "vigil", Title: "vigil: durable background agents", Version: s.opts.Version}, so)
 	s.addTools(ms, connKey)
 	ms.AddReceivingMiddleware(fitWaitTool(s.limitOf))
 	return ms

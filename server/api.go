@@ -63,6 +63,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: sess + "/notifications", handler: h(s.listNotes)},
 		{method: "GET", path: sess + "/approvals", handler: h(s.listApprovals)},
 		{method: "POST", path: sess + "/approvals/{approval}", handler: h(s.answerApproval)},
+		{method: "GET", path: "/api/nodes", handler: h(s.nodes)},
+		{method: "POST", path: "/api/internal/call", handler: http.HandlerFunc(s.peerCall)},
 		{method: "GET", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
 		{method: "POST", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
 		{method: "DELETE", path: "/mcp", handler: http.HandlerFunc(s.mcp)},
@@ -94,6 +96,9 @@ func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := newStreamWriter(w, s.opts.StreamWriteTimeout)
 	defer sw.extend()
+	if s.routeMCP(sw, r) {
+		return // held by another node: sent on to it
+	}
 	s.opts.MCP.ServeHTTP(sw, r)
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/vigilrun/vigil"
 )
@@ -28,6 +29,8 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	// retryAfter, when positive, is sent as the Retry-After header.
+	retryAfter time.Duration
 }
 
 // Error implements error.
@@ -74,12 +77,22 @@ func toAPIError(err error) *apiError {
 	if code == vigil.CodeShuttingDown {
 		msg = "the server is shutting down"
 	}
-	return &apiError{status: status, code: string(code), msg: msg}
+	e := &apiError{status: status, code: string(code), msg: msg}
+	if ra := retryAfterOf(err); ra > 0 {
+		// A session between owners (failover): whatever the code, the
+		// client may try again after a while.
+		e.status, e.retryAfter = http.StatusServiceUnavailable, ra
+	}
+	return e
 }
 
-// writeError writes err as a JSON error.
+// writeError writes err as a JSON error, with a Retry-After header when
+// it says when to try again.
 func writeError(w http.ResponseWriter, err error) {
 	e := toAPIError(err)
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterValue(e.retryAfter))
+	}
 	writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
 }
 

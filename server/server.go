@@ -55,6 +55,18 @@ type Options struct {
 	// streamable HTTP transport of the MCP tools (mcpserver.Server.Handler).
 	// Without it /mcp answers 404.
 	MCP http.Handler
+	// Peer, when set, makes the server a member of a cluster of nodes on
+	// one store (vigil.Options.Cluster): it serves the calls other nodes
+	// send at POST /api/internal/call (vigil.Runtime.PeerHandler), behind
+	// the same bearer token, and a request to /mcp for an MCP session
+	// another node holds (its Mcp-Session-Id begins with that node's
+	// NodeTag) is sent on to that node, streaming, with Token as its
+	// bearer token. Without it /api/internal/call answers 404 and /mcp
+	// serves this node's MCP sessions only.
+	Peer http.Handler
+	// PeerTransport carries the requests sent on to other nodes; nil is
+	// a transport with bounded connects and no bound on responses.
+	PeerTransport http.RoundTripper
 
 	// AllowedHosts are the names a request's Host header may give besides
 	// localhost, loopback addresses and the address the connection came in
@@ -174,6 +186,9 @@ func New(rt *vigil.Runtime, opts Options) *Server {
 	}
 	if opts.StreamBuffer <= 0 {
 		opts.StreamBuffer = vigil.DefaultSubscriptionBuffer
+	}
+	if opts.PeerTransport == nil {
+		opts.PeerTransport = defaultPeerTransport()
 	}
 	s := &Server{
 		rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), public: map[string]bool{},
@@ -497,8 +512,16 @@ func (s *Server) connStats() (open, peak int, evicted int64) {
 	return lim.stats()
 }
 
-// stop ends every event stream.
-func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+// stop ends every event stream and lets go of idle connections to other
+// nodes.
+func (s *Server) stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		if t, ok := s.opts.PeerTransport.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
+	})
+}
 
 // statusWriter records the status for the access log. It unwraps for
 // http.ResponseController (flushing event streams).

@@ -195,3 +195,30 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// NodeList is the body of GET /api/nodes: the members of the cluster, this
+// node among them.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// Node is a member of the cluster (vigil.NodeInfo).
+type Node struct {
+	// ID is the node's id; Tag is the short form of it that begins the
+	// ids of the MCP sessions it holds (NodeTag).
+	ID  string `json:"id"`
+	Tag string `json:"tag"`
+	// Address is the base URL other nodes reach its API at.
+	Address string    `json:"address"`
+	Started time.Time `json:"started"`
+	// Beat is its last heartbeat.
+	Beat time.Time `json:"beat"`
+	// Alive: its heartbeat is recent. Draining: it is shutting down and
+	// takes no new sessions.
+	Alive    bool `json:"alive"`
+	Draining bool `json:"draining"`
+	// Self: the node that answered.
+	Self bool `json:"self"`
+	// Sessions is how many sessions it owns.
+	Sessions int `json:"sessions"`
+}

@@ -49,6 +49,30 @@ type apiClient struct {
 	base  string
 	token string
 	hc    *http.Client
+	// stderr is told, once, that the client waits to retry.
+	stderr io.Writer
+	// retryFor bounds the waits of retries after 503 with Retry-After
+	// (maxRetryWait), summed over one request; sleep waits one of them.
+	retryFor time.Duration
+	sleep    func(ctx context.Context, d time.Duration) error
+	told     bool
+}
+
+// maxRetryWait bounds how long a client command waits, in all, for a
+// server that answers 503 with Retry-After (a session between nodes while
+// one fails over) before it gives up with the server's answer.
+const maxRetryWait = 30 * time.Second
+
+// sleepRetry waits d, or until ctx ends.
+func sleepRetry(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (f *clientFlags) client(e *env) (*apiClient, error) {
@@ -83,7 +107,11 @@ func (f *clientFlags) client(e *env) (*apiClient, error) {
 		}
 		tok = strings.TrimSpace(string(b))
 	}
-	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: tok, hc: &http.Client{}}, nil
+	sleep := e.sleep
+	if sleep == nil {
+		sleep = sleepRetry
+	}
+	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: tok, hc: &http.Client{}, stderr: e.stderr, retryFor: maxRetryWait, sleep: sleep}, nil
 }
 
 // apiError is an error answer of the server.
@@ -99,28 +127,33 @@ func (e *apiError) Error() string { return e.message }
 // do sends a request and returns the body of a 2xx answer; any other
 // answer is an *apiError with the server's message.
 func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]byte, int, error) {
-	var r io.Reader
+	var enc []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, 0, fmt.Errorf("encode request: %w", err)
 		}
-		r = bytes.NewReader(b)
+		enc = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
-	if err != nil {
-		return nil, 0, fmt.Errorf("request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(ctx, func() (*http.Request, error) {
+		var r io.Reader
+		if body != nil {
+			r = bytes.NewReader(enc)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return req, nil
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
 		}
-		return nil, 0, fmt.Errorf("cannot reach the vigil server at %s (is 'vigil serve' running? set --server or VIGIL_SERVER): %w", c.base, err)
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -131,6 +164,58 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		return nil, resp.StatusCode, answerError(resp.StatusCode, b)
 	}
 	return b, resp.StatusCode, nil
+}
+
+// send sends the request newReq makes, with the token. An answer 503
+// with Retry-After (a session between nodes: nothing of the request was
+// kept) is retried after the wait it asks for, as long as the waits add
+// up to no more than retryFor; stderr is told once. The last answer is
+// returned, whatever its status.
+func (c *apiClient) send(ctx context.Context, newReq func() (*http.Request, error)) (*http.Response, error) {
+	var waited time.Duration
+	for {
+		req, err := newReq()
+		if err != nil {
+			return nil, fmt.Errorf("request: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("cannot reach the vigil server at %s (is 'vigil serve' running? set --server or VIGIL_SERVER): %w", c.base, err)
+		}
+		wait, ok := retryAfter(resp)
+		if !ok || waited+wait > c.retryFor {
+			return resp, nil
+		}
+		// Read the answer to reuse the connection; it is not needed.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if !c.told && c.stderr != nil {
+			c.told = true
+			fmt.Fprintf(c.stderr, "vigil: the server is busy moving the session between nodes (503, Retry-After %s); retrying for up to %s…\n", wait, c.retryFor)
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		waited += wait
+	}
+}
+
+// retryAfter reads the wait of a 503 answer's Retry-After header, in
+// seconds; an HTTP date or no header is no retry.
+func retryAfter(resp *http.Response) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	secs, err := strconv.Atoi(v)
+	if v == "" || err != nil || secs < 0 {
+		return 0, false
+	}
+	return time.Duration(max(secs, 1)) * time.Second, true
 }
 
 func answerError(status int, b []byte) error {
@@ -801,18 +886,19 @@ func (c *apiClient) stream(ctx context.Context, path string, after int64, fn fun
 	if strings.Contains(path, "?") {
 		sep = "&"
 	}
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path+sep+"after="+strconv.FormatInt(after, 10), nil)
+	resp, err := c.send(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, "GET", c.base+path+sep+"after="+strconv.FormatInt(after, 10), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		if after > 0 {
+			req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+		}
+		return req, nil
+	})
 	if err != nil {
-		return fmt.Errorf("request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "text/event-stream")
-	if after > 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", c.base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -136,6 +137,9 @@ func (d *daemon) ensure(ctx context.Context) (url, token string, err error) {
 	cmd := exec.Command(exe, append([]string{"serve"}, d.args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf
 	cmd.Dir = d.dir
+	// Its token is the one in the data directory, which the bridge reads:
+	// a cluster token of the environment is not passed on.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "VIGIL_TOKEN=") })
 	// Its own session: the client's signals to this process group, and
 	// the end of this process, do not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

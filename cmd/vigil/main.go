@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
 
 	"github.com/vigilrun/vigil"
 )
@@ -30,6 +31,8 @@ type command struct {
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// sleep waits before a client retries a request; nil waits for real.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // exitError carries a process exit code.
@@ -61,6 +64,7 @@ func commands() map[string]command {
 		"status":   {"list a session's non-empty inboxes and why each is not draining", cmdStatus},
 		"logs":     {"print a session's timeline; -f follows it", cmdLogs},
 		"approve":  {"answer a permission request: vigil approve <session> <request> [--always | --deny]", cmdApprove},
+		"nodes":    {"list the nodes of the server's cluster: address, state, sessions, last heartbeat", cmdNodes},
 		"mcp":      {"serve the MCP tools (durable background agents) on stdio, for Claude Code and other MCP clients", cmdMCP},
 	}
 }

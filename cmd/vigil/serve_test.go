@@ -22,6 +22,12 @@ type serveRun struct {
 
 func startServe(t *testing.T, args ...string) *serveRun {
 	t.Helper()
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with the environment variables vars.
+func startServeEnv(t *testing.T, vars map[string]string, args ...string) *serveRun {
+	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &serveRun{lines: make(chan string, 100), code: make(chan int, 1), stderr: &syncBuffer{}, cancel: cancel}
@@ -32,7 +38,7 @@ func startServe(t *testing.T, args ...string) *serveRun {
 		}
 		close(s.lines)
 	}()
-	e := &env{stdout: pw, stderr: s.stderr, getenv: func(string) string { return "" }}
+	e := &env{stdout: pw, stderr: s.stderr, getenv: func(k string) string { return vars[k] }}
 	go func() {
 		code := runMain(ctx, e, append([]string{"serve"}, args...))
 		pw.Close()
