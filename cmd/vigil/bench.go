@@ -42,6 +42,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
 	idleInputs := fs.Int("idle-inputs", 100, "inputs to each idle session")
 	idleInput := fs.String("idle-input", bench.IdleHold, "the idle inputs: hold (alternate hold and resume of the user queue, one committed event each) or status (a SessionStatus read)")
+	nodes := fs.Int("nodes", 0, "run the cluster table instead: durable notifications/s and wake latency on 1 node and on this many (runtimes of this process on one PostgreSQL database), side by side; --load sets the session counts (default 10,100)")
+	idleCluster := fs.Int("idle-cluster", 0, "measure the idle cost instead: this many idle sessions (e.g. 1000) over --nodes nodes (default 3) on one PostgreSQL database, and the transactions/s the database commits while nothing happens")
+	idleWindow := fs.Duration("idle-window", 30*time.Second, "how long --idle-cluster counts transactions")
+	idleSettle := fs.Duration("idle-settle", 10*time.Second, "how long --idle-cluster lets the nodes settle after creating the sessions, before it counts")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}
@@ -50,6 +54,27 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if *nodes < 0 || *idleCluster < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--nodes and --idle-cluster take a count")}
+	}
+	if *idleCluster > 0 {
+		n := *nodes
+		if n == 0 {
+			n = 3
+		}
+		return benchIdleCluster(ctx, e, *pg, dir, n, *idleCluster, *idleSettle, *idleWindow)
+	}
+	if *nodes > 0 {
+		list := *load
+		if list == "" {
+			list = "10,100"
+		}
+		counts, err := sessionCounts(list)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		return benchCluster(ctx, e, *pg, dir, *nodes, counts, *loadNotes, *loadWorkers)
+	}
 	n := 0
 	opener := func(name string) (func() (*benchStore, error), error) {
 		switch name {
@@ -448,5 +473,97 @@ func idleFigures(ctx context.Context, e *env, open func() (*benchStore, error), 
 		fmt.Fprintf(e.stdout, "  %-42s %s (%.0f/s)\n", fmt.Sprintf("%.0f inputs", inputs), r.InputsTook.Round(time.Millisecond), inputs/r.InputsTook.Seconds())
 	}
 	fmt.Fprintf(e.stdout, "  %-42s %s\n", fmt.Sprintf("Open of %d sessions (all taken over)", r.Sessions), r.Open.Round(time.Millisecond))
+	return nil
+}
+
+// clusterStores creates a scratch database on the server at dsn and opens
+// n stores on it (n nodes' connections); close closes them and drops it.
+func clusterStores(ctx context.Context, dsn string, n int) (stores []store.Store, scratch string, close func(), err error) {
+	first, scratch, drop, err := scratchPostgres(ctx, dsn)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	stores = []store.Store{first}
+	close = func() {
+		for _, st := range stores {
+			st.Close()
+		}
+		drop()
+	}
+	for len(stores) < n {
+		st, err := postgres.Open(ctx, scratch, nil)
+		if err != nil {
+			close()
+			return nil, "", nil, fmt.Errorf("open a second store on %s: %w", scratch, err)
+		}
+		stores = append(stores, st)
+	}
+	return stores, scratch, close, nil
+}
+
+// benchCluster prints the cluster table: each session count on 1 node and
+// on nodes nodes, side by side, each cell on a fresh database.
+func benchCluster(ctx context.Context, e *env, pg, dir string, nodes int, counts []int, notes, workers int) error {
+	if workers <= 0 {
+		workers = bench.LoadWorkers
+	}
+	fmt.Fprintf(e.stdout, "vigil bench --nodes %d: model answers at once; figures are vigil's own cost\n", nodes)
+	fmt.Fprintf(e.stdout, "nodes are runtimes of this process, each with its own connections to one PostgreSQL database and serving the calls the others forward to it;\n")
+	fmt.Fprintf(e.stdout, "%d notifications per cell spread over its sessions (at least %d per session), %d background workers per session, the sessions created on the nodes in turn;\n",
+		notes, bench.LoadShare(0, 1, workers), workers)
+	fmt.Fprintf(e.stdout, "wake = worker's final answer -> main's next model request carrying its notification; commits/s = the nodes' store transactions\n\n")
+	sides := []int{1, nodes}
+	head := fmt.Sprintf("%-8s  %7s", "sessions", "notifs")
+	for _, n := range sides {
+		label := fmt.Sprintf("%d node", n)
+		if n > 1 {
+			label += "s"
+		}
+		head += fmt.Sprintf("  |  %-8s %8s  %9s  %9s  %9s", label, "notif/s", "wake p50", "wake p99", "commits/s")
+	}
+	fmt.Fprintln(e.stdout, head+fmt.Sprintf("  |  %d/1 notif/s", nodes))
+	for _, sessions := range counts {
+		var rates []float64
+		row := ""
+		total := 0
+		for _, n := range sides {
+			stores, _, closeStores, err := clusterStores(ctx, pg, n)
+			if err != nil {
+				return fmt.Errorf("cluster of %d: %w", n, err)
+			}
+			r, err := bench.LoadCluster(ctx, bench.ClusterConfig{Stores: stores, DataDir: dir, N: notes, Workers: workers}, sessions)
+			closeStores()
+			if err != nil {
+				return fmt.Errorf("%d sessions on %d nodes: %w", sessions, n, err)
+			}
+			commits := "n/a"
+			if c, ok := r.CommitsPerSec(); ok {
+				commits = fmt.Sprintf("%.0f", c)
+			}
+			total = r.Notifications
+			rates = append(rates, r.PerSecond)
+			row += fmt.Sprintf("  |  %-8s %8.0f  %9s  %9s  %9s", "", r.PerSecond, ms(r.Wake.P50), ms(r.Wake.P99), commits)
+		}
+		fmt.Fprintln(e.stdout, fmt.Sprintf("%-8d  %7d", sessions, total)+row+fmt.Sprintf("  |  x%.2f", rates[1]/max(rates[0], 1e-9)))
+	}
+	return nil
+}
+
+// benchIdleCluster prints the idle cost: the transactions/s the database
+// commits with sessions idle sessions open over nodes nodes.
+func benchIdleCluster(ctx context.Context, e *env, pg, dir string, nodes, sessions int, settle, window time.Duration) error {
+	stores, scratch, closeStores, err := clusterStores(ctx, pg, nodes)
+	if err != nil {
+		return err
+	}
+	defer closeStores()
+	fmt.Fprintf(e.stdout, "vigil bench --idle-cluster %d: %d idle sessions over %d nodes (runtimes of this process) on one PostgreSQL database\n", sessions, sessions, nodes)
+	r, err := bench.IdleCluster(ctx, bench.ClusterConfig{Stores: stores, DataDir: dir}, scratch, sessions, settle, window)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "  sessions per node at the window's start: %v (after %s to settle)\n", r.PerNode, settle)
+	fmt.Fprintf(e.stdout, "  transactions committed in %s with nothing to do: %d (%.1f/s; %.3f/s per session), rolled back: %d\n",
+		r.Window, r.Commits, r.PerSecond(), r.PerSecond()/float64(max(sessions, 1)), r.Rollbacks)
 	return nil
 }

@@ -135,15 +135,22 @@ func Load(ctx context.Context, cfg Config, sessions int) (LoadResult, error) {
 		return LoadResult{}, fmt.Errorf("load: open: %w", err)
 	}
 	defer rt.Close()
+	return loadOn(ctx, []*vigil.Runtime{rt}, []store.Store{cfg.Store}, m, sessions)
+}
 
-	before, haveStats := storeStats(cfg.Store)
+// loadOn runs Load's workload on runtimes that share one store (one
+// runtime, or the nodes of a cluster, each with its store in stores): the
+// sessions are created on the runtimes in turn, and m answers for all.
+func loadOn(ctx context.Context, rts []*vigil.Runtime, stores []store.Store, m *loadModel, sessions int) (LoadResult, error) {
+	workers, per := m.workers, m.per
+	before, haveStats := sumStats(stores)
 	cpu0 := processCPU()
 	start := time.Now()
 	ids := make([]vigil.SessionID, sessions)
 	if err := parallel(ctx, sessions, loadParallel, func(i int) error {
 		// A bound on model rounds far above the default budget's 5,000: a
 		// session of thousands of notifications needs more rounds.
-		sess, err := rt.CreateSession(ctx, &vigil.SessionParams{Prompt: "go", Permissions: vigil.Permissions{Mode: vigil.PermBypass}, Budget: vigil.Budget{Rounds: 1 << 30}})
+		sess, err := rts[i%len(rts)].CreateSession(ctx, &vigil.SessionParams{Prompt: "go", Permissions: vigil.Permissions{Mode: vigil.PermBypass}, Budget: vigil.Budget{Rounds: 1 << 30}})
 		if err != nil {
 			return fmt.Errorf("create session %d: %w", i, err)
 		}
@@ -152,22 +159,22 @@ func Load(ctx context.Context, cfg Config, sessions int) (LoadResult, error) {
 	}); err != nil {
 		return LoadResult{}, fmt.Errorf("load: %w", err)
 	}
-	for _, id := range ids {
-		if err := rt.WaitQuiescent(ctx, id); err != nil {
+	for i, id := range ids {
+		if err := rts[i%len(rts)].WaitQuiescent(ctx, id); err != nil {
 			return LoadResult{}, fmt.Errorf("load: session %s: %w", id, err)
 		}
 	}
 	elapsed := time.Since(start)
 	cpu := processCPU() - cpu0
-	after, _ := storeStats(cfg.Store)
+	after, _ := sumStats(stores)
 
 	res := LoadResult{Sessions: sessions, Workers: workers, PerSession: per, Elapsed: elapsed, CPU: cpu, HaveStats: haveStats}
 	if haveStats {
 		res.Store = store.Stats{Commits: after.Commits - before.Commits, Appends: after.Appends - before.Appends, Rows: after.Rows - before.Rows}
 	}
 	var problems []error
-	for _, id := range ids {
-		d, err := rt.SessionGet(ctx, id, &vigil.SessionGetParams{Notifications: true})
+	for i, id := range ids {
+		d, err := rts[i%len(rts)].SessionGet(ctx, id, &vigil.SessionGetParams{Notifications: true})
 		if err != nil {
 			return LoadResult{}, fmt.Errorf("load: read session %s: %w", id, err)
 		}
@@ -195,6 +202,22 @@ func Load(ctx context.Context, cfg Config, sessions int) (LoadResult, error) {
 		return res, fmt.Errorf("load: %d sessions of %d notifications: %w", sessions, per, errors.Join(problems...))
 	}
 	return res, nil
+}
+
+// sumStats adds up the write counters of stores; false when one of them
+// does not count.
+func sumStats(stores []store.Store) (store.Stats, bool) {
+	var sum store.Stats
+	for _, st := range stores {
+		s, ok := storeStats(st)
+		if !ok {
+			return store.Stats{}, false
+		}
+		sum.Commits += s.Commits
+		sum.Appends += s.Appends
+		sum.Rows += s.Rows
+	}
+	return sum, true
 }
 
 // processCPU is the processor time the process used so far (user and
