@@ -386,20 +386,37 @@ func (a *actor) submitControl(fn func()) {
 	_ = a.put(context.Background(), request{fn: fn})
 }
 
-// view runs fn on the actor goroutine and waits for it.
+// view runs fn on the actor goroutine and waits for it. When it returns
+// early (ctx ended, the actor stopped), fn has finished or will never run:
+// fn writes its caller's variables, which the caller reads once view
+// returns, error or not.
 func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
+	var mu sync.Mutex // held while fn runs
+	abandoned := false
 	done := make(chan struct{})
-	if err := a.put(ctx, request{fn: func() { fn(a.state); close(done) }}); err != nil {
+	if err := a.put(ctx, request{fn: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !abandoned {
+			fn(a.state)
+			close(done)
+		}
+	}}); err != nil {
 		return err
 	}
+	var err error
 	select {
 	case <-done:
 		return nil
 	case <-a.done:
-		return errRuntimeDone
+		err = errRuntimeDone
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	mu.Lock() // waits for fn if it is running
+	abandoned = true
+	mu.Unlock()
+	return err
 }
 
 // process steps a batch of inputs and commits their events in one append.
