@@ -64,6 +64,12 @@ func (r *Runtime) CreateSession(ctx context.Context, params *SessionParams) (*Se
 			if !errors.As(err, &down) {
 				return sess, wrapErr(err)
 			}
+			if down.sent {
+				// It may have been made there: made here too, it would
+				// be there twice.
+				return nil, &Error{Code: CodeUnavailable, Err: err,
+					Message: fmt.Sprintf("the node chosen for the new session stopped answering (%v); it may have made it: list the sessions before creating it again", err)}
+			}
 			r.log.Debug("the least loaded node did not answer; the session is made here", "node", addr, "err", err)
 		}
 	}

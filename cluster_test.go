@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +104,10 @@ type node struct {
 	rt  *Runtime
 	srv *httptest.Server
 	st  *pausable
+	// mute, when set, makes the node run the calls forwarded to it and
+	// then drop the connection without an answer: a node that dies
+	// between doing and saying.
+	mute atomic.Bool
 }
 
 // startNode opens a runtime as a cluster member on st, serving
@@ -119,6 +124,14 @@ func startNode(t *testing.T, st store.Store, name string) *node {
 		}
 		mu.RLock()
 		defer mu.RUnlock()
+		if n.mute.Load() {
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(n.srv.Close)
@@ -382,4 +395,41 @@ func (p *pausable) Watch(ctx context.Context) (<-chan struct{}, error) {
 		return nil, errors.New("the store tells of no commits")
 	}
 	return w.Watch(ctx)
+}
+
+// TestClusterNoDoubleActions: a node that runs a forwarded prompt and dies
+// before it answers is not sent the prompt again (nor is any other node):
+// the caller hears that it may have been applied, and it was, once. A
+// call that is safe twice (a hold) is retried, and succeeds.
+func TestClusterNoDoubleActions(t *testing.T) {
+	st := memstore.New()
+	a := startNode(t, st, "node-a")
+	b := startNode(t, st, "node-b")
+	ctx := context.Background()
+	sess, err := a.rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	a.mute.Store(true)
+	_, err = b.rt.Prompt(ctx, sess.ID, &PromptParams{Text: "once"})
+	if err == nil || !strings.Contains(err.Error(), "may or may not have been applied") {
+		t.Fatalf("prompt through a node whose owner dies before it answers: %v", err)
+	}
+	a.mute.Store(false)
+	must(t, a.rt.WaitQuiescent(ctx, sess.ID))
+	d, err := a.rt.SessionGet(ctx, sess.ID, &SessionGetParams{Runs: true})
+	must(t, err)
+	runs := 0
+	for _, ag := range d.Agents {
+		runs += len(ag.RunHistory)
+	}
+	if runs != 1 {
+		t.Errorf("the prompt ran %d times, want once", runs)
+	}
+	a.mute.Store(true)
+	go func() {
+		// The owner answers again after a while: the hold, sent again,
+		// gets through.
+		time.Sleep(200 * time.Millisecond)
+		a.mute.Store(false)
+	}()
+	must(t, b.rt.Hold(ctx, sess.ID, &HoldParams{By: "test"}))
 }

@@ -179,10 +179,17 @@ func route[P, R any](ctx context.Context, r *Runtime, name string, session Sessi
 		if !betweenOwners(err) || r.closing() {
 			return zero, wrapErr(err)
 		}
+		var down *peerDown
+		if errors.As(err, &down) && down.sent && !idempotent(name) {
+			// The node may have run it before it stopped answering: sent
+			// again, a prompt or a message would be there twice.
+			return zero, &Error{Code: CodeUnavailable, Err: err,
+				Message: fmt.Sprintf("session %s: its node stopped answering during the call (%v); it may or may not have been applied: read the session before sending it again", session, err)}
+		}
 		r.cl.forget(session)
 		if time.Since(start)+wait > r.cl.opts.RouteWait {
 			return zero, &Error{Code: CodeUnavailable, RetryAfter: 2 * time.Second, Err: err,
-				Message: fmt.Sprintf("session %s is between nodes (%v); nothing of the request was kept; retry", session, err)}
+				Message: fmt.Sprintf("session %s is between nodes (%v); retry", session, err)}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -282,15 +289,32 @@ func watched[R any](ctx context.Context, r *Runtime, owner string, call func(con
 	}()
 	res, err := call(ctx)
 	if err != nil && dead.Load() {
-		return res, &peerDown{addr: owner, err: fmt.Errorf("taken for dead during the call: %w", err)}
+		var down *peerDown
+		sent := !errors.As(err, &down) || down.sent
+		return res, &peerDown{addr: owner, err: fmt.Errorf("taken for dead during the call: %w", err), sent: sent}
 	}
 	return res, err
 }
 
-// peerDown is a node that could not be reached or answered out of turn.
+// idempotent says whether a call may be sent again when their node
+// stopped answering after it got them: a second one changes nothing, or is
+// refused (an approval answered already).
+func idempotent(call string) bool {
+	switch call {
+	case callAck, callHold, callResume, callCloseAgent, callStopTask, callSetBudget, callCancelItem, callMoveItem,
+		callAnswerApproval, callCloseSession, callSessionGet, callSessionStatus, callAgentGet, callRunList,
+		callInboxList, callTaskOutput, callWaitQuiescent:
+		return true
+	}
+	return false
+}
+
+// peerDown is a node that could not be reached or answered out of turn;
+// sent says it may have got the call (it was not refused at connect).
 type peerDown struct {
 	addr string
 	err  error
+	sent bool
 }
 
 func (e *peerDown) Error() string { return fmt.Sprintf("node %s did not answer: %v", e.addr, e.err) }
@@ -316,15 +340,17 @@ func forward[R any](ctx context.Context, r *Runtime, addr, name string, session 
 	req.Header.Set(ForwardedHeader, r.opts.Node)
 	resp, err := r.cl.client.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
+		var op *net.OpError
+		sent := !errors.As(err, &op) || op.Op != "dial"
+		if ctx.Err() != nil && !sent {
 			return res, ctx.Err()
 		}
-		return res, &peerDown{addr: addr, err: err}
+		return res, &peerDown{addr: addr, err: err, sent: sent}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return res, &peerDown{addr: addr, err: err}
+		return res, &peerDown{addr: addr, err: err, sent: true}
 	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
