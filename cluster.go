@@ -82,6 +82,9 @@ type cluster struct {
 	nodes   map[string]*seenNode
 	owners  map[SessionID]string // lease holders learned from refused acquisitions
 	orphans map[core.SessionID]time.Time
+	// closed are sessions found closed whose leases are free: no pass
+	// reads the sessions list for them again.
+	closed map[string]bool
 	// placed counts the sessions this node sent to each node since that
 	// node's last beat, which does not count them yet.
 	placed   map[string]int
@@ -133,7 +136,7 @@ func newCluster(r *Runtime, o ClusterOptions) *cluster {
 	}
 	c := &cluster{
 		opts: o, client: o.Client, started: r.started,
-		nodes: map[string]*seenNode{}, owners: map[SessionID]string{}, orphans: map[core.SessionID]time.Time{}, placed: map[string]int{},
+		nodes: map[string]*seenNode{}, owners: map[SessionID]string{}, orphans: map[core.SessionID]time.Time{}, placed: map[string]int{}, closed: map[string]bool{},
 		adoptNow: make(chan struct{}, 1), renewNow: make(chan struct{}, 1), feed: newFeed(),
 	}
 	if c.client == nil {
@@ -453,7 +456,10 @@ func (r *Runtime) clusterCandidates(ctx context.Context) ([]store.SessionRow, er
 		r.mu.Lock()
 		_, mine := r.actors[core.SessionID(l.Session)]
 		r.mu.Unlock()
-		if !mine && r.claimable(core.SessionID(l.Session), l, now) {
+		r.cl.mu.Lock()
+		closed := r.cl.closed[l.Session]
+		r.cl.mu.Unlock()
+		if !mine && !closed && r.claimable(core.SessionID(l.Session), l, now) {
 			free[l.Session] = true
 		}
 	}
@@ -468,8 +474,15 @@ func (r *Runtime) clusterCandidates(ctx context.Context) ([]store.SessionRow, er
 	for _, row := range rows {
 		if free[row.ID] {
 			out = append(out, row)
+			delete(free, row.ID)
 		}
 	}
+	// What is left is closed (or unknown to the list): never open again.
+	r.cl.mu.Lock()
+	for id := range free {
+		r.cl.closed[id] = true
+	}
+	r.cl.mu.Unlock()
 	return out, nil
 }
 

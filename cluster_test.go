@@ -433,3 +433,49 @@ func TestClusterNoDoubleActions(t *testing.T) {
 	}()
 	must(t, b.rt.Hold(ctx, sess.ID, &HoldParams{By: "test"}))
 }
+
+// listCounter counts the sessions-list reads of a store.
+type listCounter struct {
+	store.Store
+	lists atomic.Int64
+}
+
+func (c *listCounter) SessionList(ctx context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
+	c.lists.Add(1)
+	return c.Store.SessionList(ctx, p)
+}
+
+func (c *listCounter) Watch(ctx context.Context) (<-chan struct{}, error) {
+	return c.Store.(store.Watcher).Watch(ctx)
+}
+
+// TestClusterIdleReads: an idle cluster's adoption passes read the leases
+// only; a closed session's free lease makes one pass read the sessions
+// list, not every pass.
+func TestClusterIdleReads(t *testing.T) {
+	st := memstore.New()
+	a := startNode(t, st, "node-a")
+	counted := &listCounter{Store: st}
+	b := startNode(t, counted, "node-b")
+	ctx := context.Background()
+	sess, err := a.rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	must(t, a.rt.CloseSession(ctx, sess.ID, "test"))
+	must(t, a.rt.Close()) // releases the closed session's lease
+	eventually(t, "node b sees node a gone", func() bool {
+		nodes, err := b.rt.Nodes(ctx)
+		must(t, err)
+		return len(nodes) == 1
+	})
+	// Twenty heartbeats: ten adoption passes at least.
+	before := counted.lists.Load()
+	passes := 0
+	for passes < 10 {
+		b.rt.cl.pokeAdopt()
+		time.Sleep(2 * b.rt.cl.opts.Heartbeat)
+		passes++
+	}
+	if n := counted.lists.Load() - before; n > 1 {
+		t.Errorf("%d idle adoption passes read the sessions list %d times, want at most once", passes, n)
+	}
+}
