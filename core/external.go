@@ -874,6 +874,13 @@ func (st *stepper) writeExternalNote(t *Task, key NoteKey, status, summary strin
 		// The process stopped the owner: it will not run it for this.
 		d, n.Delivery = DeliverInbox, DeliverInbox
 	}
+	if o := st.s.Agents[n.Owner]; d == DeliverProvider && o.Run == nil && status == string(TaskStopped) {
+		// A task stopped while its owner is idle: the process does not wake
+		// the owner for it (the CLI's stop_task notifies "stopped" and runs
+		// no turn), so vigil's inbox delivers it now rather than at the
+		// next turn someone else starts.
+		d, n.Delivery = DeliverInbox, DeliverInbox
+	}
 	if d == DeliverProvider {
 		o := st.s.Agents[n.Owner]
 		inTurn := o.Run != nil && (o.Owner != "" || o.Run.Acked)

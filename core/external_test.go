@@ -250,9 +250,55 @@ func TestExternalUndeliveredNotificationDeadline(t *testing.T) {
 	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
 	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "completed", Notify: true})
 	n := h.s.Note(NoteKey{Task: "t1"})
+	// Owed, it is work to come: a caller that takes quiescence for "done"
+	// and closes the session would drop it.
+	if h.s.Quiescent() {
+		t.Fatal("the session reads quiescent while the process owes main a notification")
+	}
 	h.now = n.DeliverBy
 	h.step(Tick{})
 	if n = h.s.Note(n.Key); n.Delivery != DeliverInbox || n.Item == "" || h.s.Agents[MainAgent].Run == nil {
 		t.Fatalf("the overdue notification: %+v", n)
+	}
+}
+
+// A notification the process delivers in main's next turn keeps the
+// session from quiescence until that turn takes it in.
+func TestExternalOwedNotificationIsNotQuiescent(t *testing.T) {
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "running", Description: "sleep"})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
+	if h.s.Quiescent() {
+		t.Fatal("quiescent with a live command")
+	}
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "completed", Notify: true})
+	if h.s.Quiescent() {
+		t.Fatal("quiescent while the process owes main the command's notification")
+	}
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	if n := h.s.Note(NoteKey{Task: "t1"}); n.DeliveredRun == 0 {
+		t.Fatalf("the wake turn did not take the notification in: %+v", n)
+	}
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "done", Wake: true})
+	if !h.s.Quiescent() {
+		t.Fatalf("not quiescent after the wake turn: %+v", h.s.Agents[MainAgent])
+	}
+}
+
+// A task stopped while its owner is idle gets no turn from the process
+// (the CLI's stop_task notifies "stopped" and runs none): vigil's inbox
+// delivers its notification at once.
+func TestExternalStoppedWhileIdleGoesToInbox(t *testing.T) {
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "running", Description: "sleep"})
+	h.step(ExternalTurnEnded{Agent: MainAgent, Result: "started"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "b1", Kind: TaskShell, Status: "stopped", Notify: true})
+	n := h.s.Note(NoteKey{Task: "t1"})
+	if n == nil || n.Delivery != DeliverInbox || n.Item == "" || h.s.Agents[MainAgent].Run == nil {
+		t.Fatalf("the stopped task's notification: %+v, main run %+v", n, h.s.Agents[MainAgent].Run)
 	}
 }

@@ -690,8 +690,9 @@ func (s *State) LiveTasks(a AgentID) []TaskID {
 }
 
 // Quiescent reports whether nothing is left to do on its own: no run in
-// progress or backing off, no live task, no timer, and every inbox empty
-// but those of blocked agents, which wait for a person.
+// progress or backing off, no live task, no timer, no notification a
+// provider process still owes, and every inbox empty but those of blocked
+// agents, which wait for a person.
 func (s *State) Quiescent() bool {
 	for _, id := range s.Order {
 		a := s.Agents[id]
@@ -704,6 +705,17 @@ func (s *State) Quiescent() bool {
 	for _, id := range s.TaskOrder {
 		if t := s.Tasks[id]; t.Kind == TaskShell && t.Status.Live() {
 			return false
+		}
+	}
+	// A notification the provider process owes an agent is work to come:
+	// its turn takes it in, or at its deadline vigil's inbox does.
+	if hasProvider(s) {
+		for _, k := range s.NoteOrder {
+			if n := s.Note(k); undeliveredNote(n) {
+				if o := s.Agents[n.Owner]; o != nil && o.State != AgentClosed {
+					return false
+				}
+			}
 		}
 	}
 	return len(s.Timers) == 0

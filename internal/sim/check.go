@@ -461,6 +461,7 @@ func (c *checker) stateRules() {
 	// Rules 6 and 7: nothing is expected of a provider process without a
 	// deadline — a run it runs, a notification it is to deliver.
 	c.providerPromises()
+	c.quiescence()
 	if limit := c.w.core.Config().MaxConcurrentCalls; limit > 0 && waiting > 0 && inflight < limit {
 		c.violate("4", fmt.Sprintf("%d model call(s) wait for a slot while only %d of %d are in flight", waiting, inflight, limit))
 	}
@@ -510,6 +511,27 @@ func (c *checker) providerPromises() {
 			c.violate("7", fmt.Sprintf("notification %s waits for its provider process to deliver it, with no deadline", k))
 		case n.DeliverBy.Before(now):
 			c.violate("7", fmt.Sprintf("notification %s still waits for its provider process past its deadline", k))
+		}
+	}
+}
+
+// quiescence checks that a session that reads quiescent waits for
+// nothing: a caller that takes quiescence as "done" (vigil run, then a
+// close) must not leave a notification owed. An agent's queued items and
+// runs are the rule 4 checks above; this is what a provider process owes.
+func (c *checker) quiescence() {
+	s := c.w.state
+	if !s.Quiescent() || s.Session.Closed {
+		return
+	}
+	for _, k := range s.NoteOrder {
+		n := s.Note(k)
+		if n.Delivery != core.DeliverProvider || n.DeliveredRun != 0 || n.Dropped != "" {
+			continue
+		}
+		if o := s.Agents[n.Owner]; o != nil && o.State != core.AgentClosed {
+			c.violate("quiescent", fmt.Sprintf("the session reads quiescent while its provider process owes %s notification %s", o.Name, k))
+			return
 		}
 	}
 }

@@ -763,6 +763,8 @@ func TestIdleReleaseAfterMaxDeferral(t *testing.T) {
 			return text("MAIN: launched"), true
 		case strings.Contains(r.LastUserText(), "run it"):
 			return toolUse("Bash", `{"command":"sleep 60","description":"a minute","run_in_background":true}`), true
+		case strings.Contains(r.LastUserText(), "stopped"):
+			return text("MAIN: heard of the stop"), true
 		}
 		return providertest.Reply{}, false
 	})
@@ -834,6 +836,8 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 			return text("MAIN: launched"), true
 		case strings.Contains(r.LastUserText(), "run it"):
 			return toolUse("Bash", `{"command":"sleep 60","description":"a minute","run_in_background":true}`), true
+		case strings.Contains(r.LastUserText(), "stopped"):
+			return text("MAIN: heard of the stop"), true
 		}
 		return providertest.Reply{}, false
 	})
@@ -853,9 +857,15 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 		var e core.NotificationWritten
 		return typ == "notification.written" && json.Unmarshal(data, &e) == nil && e.Note.Key.Task == task.ID
 	})
+	// The CLI runs no turn for a task it was told to stop: vigil's inbox
+	// delivers the notification, and main hears of the stop at once.
+	h.waitRunEnded(core.MainAgent, "MAIN: heard of the stop")
 	s := h.waitQuiet()
 	if got := s.Tasks[task.ID].Status; got != core.TaskStopped {
 		t.Fatalf("stopped task: %s", got)
+	}
+	if n := s.Note(core.NoteKey{Task: task.ID}); n == nil || n.DeliveredRun != 2 {
+		t.Fatalf("the stopped task's notification: %+v", n)
 	}
 	checkGone(t, h.sess, "sleep 60")
 
@@ -874,11 +884,11 @@ func TestStopTaskAndInterrupt(t *testing.T) {
 	s = h.waitQuiet()
 	h.checkSettled(s)
 	runs := s.Agents[core.MainAgent].Runs
-	if len(runs) != 3 {
+	if len(runs) != 4 {
 		t.Fatalf("main runs: %+v", runs)
 	}
-	if runs[1].Status != core.RunCancelled || !strings.Contains(runs[1].Error, "interrupted") || !strings.Contains(runs[1].Reply, "aborted_streaming") {
-		t.Errorf("interrupted run: %+v", runs[1])
+	if runs[2].Status != core.RunCancelled || !strings.Contains(runs[2].Error, "interrupted") || !strings.Contains(runs[2].Reply, "aborted_streaming") {
+		t.Errorf("interrupted run: %+v", runs[2])
 	}
 }
 
