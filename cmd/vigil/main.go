@@ -66,6 +66,7 @@ func commands() map[string]command {
 		"approve":  {"answer a permission request: vigil approve <session> <request> [--always | --deny]", cmdApprove},
 		"nodes":    {"list the nodes of the server's cluster: address, state, sessions, last heartbeat", cmdNodes},
 		"mcp":      {"serve the MCP tools (durable background agents) on stdio, for Claude Code and other MCP clients", cmdMCP},
+		"doctor":   {"find lost replies, missed wakes, held continuations and stuck subagents in Claude Code, T3 Code or vigil files", cmdDoctor},
 	}
 }
 

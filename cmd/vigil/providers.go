@@ -15,6 +15,7 @@ import (
 	"github.com/vigilrun/vigil/internal/examples"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/claudecode"
+	"github.com/vigilrun/vigil/provider/codex"
 	"github.com/vigilrun/vigil/provider/script"
 )
 
@@ -26,7 +27,7 @@ type providerFlags struct {
 }
 
 func (f *providerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "provider", "", "model provider: anthropic, openai, claude-code, script, or one named in the config file\n(default: the config's, else anthropic when ANTHROPIC_API_KEY is set, else openai when OPENAI_API_KEY is set, else the scripted demo)")
+	fs.StringVar(&f.name, "provider", "", "model provider: anthropic, openai, claude-code, codex, script, or one named in the config file\n(default: the config's, else anthropic when ANTHROPIC_API_KEY is set, else openai when OPENAI_API_KEY is set, else the scripted demo)")
 	fs.StringVar(&f.model, "model", "", "model name (default: the config's, else the provider's)")
 	fs.StringVar(&f.script, "script", "", "scenario file for the script provider (default: the built-in coordinator demo)")
 }
@@ -89,6 +90,18 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 		pc, configured := cfg.Providers[n]
 		if (configured && pc.Kind == "claude-code") || (!configured && n == "claude-code" && name == n) {
 			set.drivers[n] = claudecode.New(claudecode.Options{Path: pc.Path, Model: pc.Model, PassEnv: cfg.CommandEnv, Logger: logger, IdleRelease: 10 * time.Minute})
+		}
+	}
+	// Codex: a driver per provider of kind codex, and one named codex
+	// when asked for by name.
+	for _, n := range append(cfg.Names(), "codex") {
+		pc, configured := cfg.Providers[n]
+		if (configured && pc.Kind == "codex") || (!configured && n == "codex" && name == n) {
+			key := cfg.APIKey(n)
+			if !configured {
+				key = e.getenv("OPENAI_API_KEY")
+			}
+			set.drivers[n] = codex.New(codex.Options{Path: pc.Path, Model: pc.Model, APIKey: key, APIKeyEnv: pc.APIKeyEnv, PassEnv: cfg.CommandEnv, Logger: logger})
 		}
 	}
 	if _, ok := set.drivers[name]; ok {

@@ -130,7 +130,7 @@ type Sandbox struct {
 
 // Provider configures one provider.
 type Provider struct {
-	// Kind is anthropic, openai or claude-code; it defaults to the
+	// Kind is anthropic, openai, claude-code or codex; it defaults to the
 	// provider's name when that is one of them.
 	Kind    string `yaml:"kind"`
 	BaseURL string `yaml:"base_url"`
@@ -139,7 +139,8 @@ type Provider struct {
 	APIKeyEnv string `yaml:"api_key_env"`
 	// MaxTokens caps answers (anthropic: default 8192).
 	MaxTokens int `yaml:"max_tokens"`
-	// Path is the claude executable for kind claude-code.
+	// Path is the claude executable for kind claude-code, the codex
+	// executable for kind codex.
 	Path string `yaml:"path"`
 	// apiKey is read from the environment, never from a file.
 	apiKey string
@@ -393,6 +394,8 @@ func Load(env Env, files ...File) (*Config, error) {
 				if name == "openai" {
 					keyEnv = "OPENAI_API_KEY"
 				}
+			case "codex":
+				keyEnv = "OPENAI_API_KEY"
 			}
 		}
 		if keyEnv != "" {
@@ -619,9 +622,9 @@ func checkLayer(models map[string]ModelConfig, b Budgets, cp Compact) error {
 func (c *Config) validate() error {
 	for name, p := range c.Providers {
 		switch p.Kind {
-		case "anthropic", "openai", "claude-code", "script":
+		case "anthropic", "openai", "claude-code", "codex", "script":
 		default:
-			return fmt.Errorf("provider %s: unknown kind %q (want anthropic, openai or claude-code)", name, p.Kind)
+			return fmt.Errorf("provider %s: unknown kind %q (want anthropic, openai, claude-code or codex)", name, p.Kind)
 		}
 	}
 	return nil
@@ -629,6 +632,11 @@ func (c *Config) validate() error {
 
 // HasKey reports whether the named provider has an API key.
 func (c *Config) HasKey(name string) bool { return c.Providers[name].apiKey != "" }
+
+// APIKey returns the named provider's API key, read from its environment
+// variable; "" when it has none. Only a provider process that needs the
+// key in its own environment (kind codex) asks for it: log nothing of it.
+func (c *Config) APIKey(name string) string { return c.Providers[name].apiKey }
 
 // DefaultProvider picks the provider to use when none is asked for: the
 // configured one, else anthropic with a key, else openai with a key or a

@@ -48,7 +48,10 @@ func codexExec(t *testing.T, srv *providertest.Server, extra, prompt string) []m
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cli, "exec", "--strict-config", "--skip-git-repo-check", "--ephemeral", "--json", "-C", work, prompt)
-	cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "FAKE_OPENAI_KEY=sk-test-dummy", "RUST_LOG=")
+	// HOME is the test's too: Codex runs commands in login shells, which
+	// would read the machine's profile (one that blocks, a pyenv rehash
+	// waiting on its lock, stalls the command past its yield).
+	cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+home, "FAKE_OPENAI_KEY=sk-test-dummy", "RUST_LOG=")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
