@@ -57,10 +57,14 @@ type ExternalTurnEnded struct {
 // process. Notify marks the provider's notification of a finished run:
 // only it ends a mirrored run and writes the notification.
 type ExternalTask struct {
-	Agent       AgentID
-	ID          string // the provider's task id
-	Kind        TaskKind
-	Owner       string // the provider's id of the owning subagent, if not the agent itself
+	Agent AgentID
+	ID    string // the provider's task id
+	Kind  TaskKind
+	Owner string // the provider's id of the owning subagent, if not the agent itself
+	// Name is the name of a mirrored subagent, when the provider gives it
+	// one; empty names it "cc-" + ID. A name already taken gets the new
+	// agent's id appended.
+	Name        string
 	Description string
 	Prompt      string
 	Status      string // running, completed, failed, killed, stopped
@@ -726,6 +730,12 @@ func (st *stepper) mirrorAgent(a *Agent, in ExternalTask) *Agent {
 		desc = text.FirstLine(in.Prompt, 60)
 	}
 	name := "cc-" + in.ID
+	if in.Name != "" {
+		name = in.Name
+		if st.s.Agent(name) != nil {
+			name += "-" + string(id)
+		}
+	}
 	st.emit(&AgentCreated{Agent: Agent{
 		ID: id, Name: name, Description: desc, Owner: owner.ID, Task: taskID, Depth: owner.Depth + 1,
 		Model: a.Model, Provider: a.Provider, Driver: DriverExternal,

@@ -302,3 +302,19 @@ func TestExternalStoppedWhileIdleGoesToInbox(t *testing.T) {
 		t.Fatalf("the stopped task's notification: %+v, main run %+v", n, h.s.Agents[MainAgent].Run)
 	}
 }
+
+// A mirrored subagent takes the name its provider gives it; a name taken
+// already gets the agent's id appended.
+func TestExternalMirrorNames(t *testing.T) {
+	h, _ := newExternalWith(t, Config{ProviderSilence: time.Minute})
+	h.step(UserPrompt{Text: "go"})
+	h.step(ExternalTurnStarted{Agent: MainAgent})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x1", Kind: TaskAgent, Name: "codex-0199aa", Status: "running"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x2", Kind: TaskAgent, Name: "codex-0199aa", Status: "running"})
+	h.step(ExternalTask{Agent: MainAgent, ID: "x3", Kind: TaskAgent, Status: "running"})
+	for _, name := range []string{"codex-0199aa", "codex-0199aa-a2", "cc-x3"} {
+		if h.s.Agent(name) == nil {
+			t.Errorf("no agent %s among %v", name, h.s.Order)
+		}
+	}
+}

@@ -491,6 +491,9 @@ func TestSubagentWakesOwner(t *testing.T) {
 	if sub == nil || len(sub.Runs) != 1 || sub.Runs[0].Status != core.RunCompleted || !strings.Contains(sub.Runs[0].Reply, "42") {
 		t.Fatalf("mirrored sub-agent: %+v", sub)
 	}
+	if sub.Name != "codex-"+at.External[:8] {
+		t.Errorf("mirrored sub-agent's name %q, want codex- and its thread's first eight characters", sub.Name)
+	}
 	if tr := transcript(sub); !strings.Contains(tr, "SUBTASK: compute the answer") || !strings.Contains(tr, "SUB: the answer is 42") {
 		t.Errorf("sub-agent transcript: %q", tr)
 	}

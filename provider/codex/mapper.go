@@ -137,7 +137,7 @@ func (m *mapper) startFailed(id string) {
 func (m *mapper) stoppedIdle(id string) []core.Input {
 	t := m.thread(id)
 	t.stopped = true
-	return []core.Input{core.ExternalTask{Agent: m.agent, ID: id, Kind: core.TaskAgent, Owner: m.ownerRef(t), Status: "stopped"}}
+	return []core.Input{core.ExternalTask{Agent: m.agent, ID: id, Kind: core.TaskAgent, Owner: m.ownerRef(t), Name: mirrorName(id), Status: "stopped"}}
 }
 
 // locate finds the process of command c, once.
@@ -307,7 +307,7 @@ func (m *mapper) turnStarted(p turnParams) []core.Input {
 		return []core.Input{core.ExternalTurnStarted{Agent: m.agent, Session: m.main}}
 	}
 	return []core.Input{core.ExternalTask{Agent: m.agent, ID: t.id, Kind: core.TaskAgent, Owner: m.ownerRef(t),
-		Description: firstLine(t.prompt), Prompt: t.prompt, Status: "running"}}
+		Name: mirrorName(t.id), Description: firstLine(t.prompt), Prompt: t.prompt, Status: "running"}}
 }
 
 // backgrounded mirrors, as background tasks, the commands of thread t
@@ -568,7 +568,7 @@ func (m *mapper) turnCompleted(p turnParams) ([]core.Input, []wake) {
 	if status == "failed" && p.Turn.Error != nil {
 		summary = p.Turn.Error.Message
 	}
-	task := core.ExternalTask{Agent: m.agent, ID: t.id, Kind: core.TaskAgent, Owner: m.ownerRef(t), Status: st, Summary: summary, Usage: t.usage, Notify: true}
+	task := core.ExternalTask{Agent: m.agent, ID: t.id, Kind: core.TaskAgent, Owner: m.ownerRef(t), Name: mirrorName(t.id), Status: st, Summary: summary, Usage: t.usage, Notify: true}
 	if !m.ending {
 		// Codex starts no turn of the owner: the driver does. For a turn
 		// that spawn_agent began Codex puts a <subagent_notification> with
@@ -645,4 +645,13 @@ func firstLine(s string) string {
 		return string(r[:60])
 	}
 	return s
+}
+
+// mirrorName names a sub-agent's mirror after its thread: "codex-" and
+// the thread id's first eight characters (core makes it unique).
+func mirrorName(thread string) string {
+	if len(thread) > 8 {
+		thread = thread[:8]
+	}
+	return "codex-" + thread
 }
