@@ -72,6 +72,8 @@ type actor struct {
 
 	timer   Timer
 	timerAt time.Time
+	// trace builds the session's spans; nil when tracing is off.
+	trace *sessionTrace
 
 	// poisoned is set when a commit failed: the in-memory state is ahead of
 	// the store and must be reloaded before the next step.
@@ -115,7 +117,8 @@ func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease)
 		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(),
 		// Its first commit projects what the stored rows miss (a
 		// predecessor's last steps).
-		proj: projector{stale: true},
+		proj:  projector{stale: true},
+		trace: r.tracer.session(id),
 	}
 }
 
@@ -748,6 +751,9 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 	}
 	if o := a.rt.opts.Observer; o != nil && len(events) > 0 {
 		observe(o, a.id, a.state, events)
+	}
+	if a.trace != nil && len(events) > 0 {
+		a.trace.observe(a.state, events)
 	}
 	a.startEffects(effects)
 	a.armTimer()

@@ -53,6 +53,12 @@ func observe(o Observer, id core.SessionID, s *core.State, events []core.Event) 
 			delivered(b.Notes, e.At)
 		case *core.RunEnded:
 			o.RunEnded(session, string(b.Status))
+			if ro, ok := o.(RunObserver); ok {
+				if a := s.Agents[b.Agent]; a != nil && len(a.Runs) > 0 && a.Runs[len(a.Runs)-1].Seq == b.Seq {
+					r := a.Runs[len(a.Runs)-1]
+					ro.RunDuration(session, string(b.Status), max(r.Ended.Sub(r.Started), 0))
+				}
+			}
 		case *core.NotificationWritten:
 			o.NotificationWritten(session, b.Note.Status)
 			if b.Note.Delivery == core.DeliverToolResult {

@@ -36,6 +36,7 @@ import (
 	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Clock tells time and runs functions later: the runtime's timers, the
@@ -101,6 +102,20 @@ type Options struct {
 	// Cluster, when set, makes this runtime one node of several sharing
 	// the store (see ClusterOptions); nil runs a single node.
 	Cluster *ClusterOptions
+	// TracerProvider, when set, receives OpenTelemetry spans built from
+	// the committed events: one trace per session, a span per run, each
+	// model and tool call a child of its run (see trace.go). nil turns
+	// tracing off. Build it with sdktrace.WithIDGenerator(TraceIDGenerator()):
+	// with other IDs, spans still nest within one process's life, but a
+	// span that crosses a restart or a move to another node loses its
+	// parent and links, and a session may spread over several traces (a
+	// warning is logged once).
+	TracerProvider trace.TracerProvider
+	// TraceContent records prompts, replies and tool arguments and results
+	// in spans (gen_ai.input.messages, gen_ai.output.messages,
+	// gen_ai.tool.call.arguments, gen_ai.tool.call.result); off, spans
+	// carry no text of the conversation.
+	TraceContent bool
 }
 
 // Runtime runs sessions.
@@ -132,6 +147,8 @@ type Runtime struct {
 	allSubs  *fanout
 	// cl is the runtime's part in a cluster; nil for a single node.
 	cl *cluster
+	// tracer builds spans from committed events; nil when tracing is off.
+	tracer *tracer
 	// started is when the runtime opened.
 	started time.Time
 	iso     Isolation
@@ -193,6 +210,7 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
 		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL, takeovers: map[core.SessionID]*takeover{},
 		loopStop: make(chan struct{}), allSubs: newFanout(), started: opts.Clock.Now(),
+		tracer: newTracer(opts.TracerProvider, opts.TraceContent, opts.Logger),
 	}
 	iso, rep, err := setupIsolation(ctx, opts.Sandbox, opts.DataDir)
 	if err != nil {
@@ -402,6 +420,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	}
 	a := r.newActor(id, s, lease)
 	a.killStale()
+	a.trace.resume(s) // before the recovery step changes s
 	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1})
 	if _, err := a.commit(ctx, out.Events); err != nil {
 		a.cancel()

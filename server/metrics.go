@@ -23,7 +23,7 @@ import (
 // drops by reason (vigil_drops_total, zero in normal operation), model
 // calls by provider and outcome, event streams cut short by reason,
 // connections closed to make room under the cap. Histograms: model call
-// duration, wake latency (from a notification's write to the run start or
+// duration, run duration (by status), wake latency (from a notification's write to the run start or
 // round that takes it in, by event times). Gauges: event stream clients, open HTTP
 // connections; read at scrape time: inbox depth per open session and
 // sessions by state.
@@ -38,6 +38,7 @@ type Metrics struct {
 	modelCalls     *prometheus.CounterVec
 	modelDuration  *prometheus.HistogramVec
 	wakeLatency    prometheus.Histogram
+	runDuration    *prometheus.HistogramVec
 	sseClients     prometheus.Gauge
 	sseEvents      prometheus.Counter
 	sseCuts        *prometheus.CounterVec
@@ -47,7 +48,10 @@ type Metrics struct {
 	attachOnce sync.Once
 }
 
-var _ vigil.Observer = (*Metrics)(nil)
+var (
+	_ vigil.Observer    = (*Metrics)(nil)
+	_ vigil.RunObserver = (*Metrics)(nil)
+)
 
 // NewMetrics returns metrics on a new registry that also holds the Go and
 // process collectors.
@@ -83,6 +87,10 @@ func NewMetrics() *Metrics {
 			Name: "vigil_wake_latency_seconds", Help: "Time from a notification's write to the run start or model round that takes it in.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800, 3600},
 		}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vigil_run_duration_seconds", Help: "Run duration, from its start to its end by the events' times (a run across a restart counts whole), by status.",
+			Buckets: []float64{.1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200},
+		}, []string{"status"}),
 		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vigil_sse_clients", Help: "Event stream clients connected.",
 		}),
@@ -100,7 +108,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.notesWritten, m.notesDelivered, m.messages, m.drops,
-		m.modelCalls, m.modelDuration, m.wakeLatency, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted,
+		m.modelCalls, m.modelDuration, m.wakeLatency, m.runDuration, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -129,6 +137,11 @@ func (m *Metrics) RunStarted(_ vigil.SessionID, kind string) {
 // RunEnded implements vigil.Observer.
 func (m *Metrics) RunEnded(_ vigil.SessionID, status string) {
 	m.runsEnded.WithLabelValues(status).Inc()
+}
+
+// RunDuration implements vigil.RunObserver.
+func (m *Metrics) RunDuration(_ vigil.SessionID, status string, d time.Duration) {
+	m.runDuration.WithLabelValues(status).Observe(d.Seconds())
 }
 
 // NotificationWritten implements vigil.Observer.

@@ -124,6 +124,16 @@ flags:`)
 	if err != nil {
 		return err
 	}
+	tr, err := setupTracing(ctx, e.getenv)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// Flushed after the runtime closed, so the last runs' spans go too.
+	defer func() {
+		if err := tr.shutdown(); err != nil {
+			logger.Warn("traces were not all exported", "err", err)
+		}
+	}()
 	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
 	if err != nil {
 		return err
@@ -131,6 +141,7 @@ flags:`)
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		TracerProvider: tr.tracerProvider(), TraceContent: tr.content,
 		// The sessions of MCP callers: those a 'vigil run' or 'vigil serve'
 		// left open are theirs to take over.
 		Adopt: func(s vigil.SessionSummary) bool { return s.Owner != "" },

@@ -71,6 +71,16 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	tr, err := setupTracing(ctx, e.getenv)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// Flushed after the runtime closed, so the last runs' spans go too.
+	defer func() {
+		if err := tr.shutdown(); err != nil {
+			logger.Warn("traces were not all exported", "err", err)
+		}
+	}()
 	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
 	if err != nil {
 		return err
@@ -78,6 +88,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	defer closeStore()
 	rt, err := vigil.Open(ctx, vigil.Options{
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		TracerProvider: tr.tracerProvider(), TraceContent: tr.content,
 		// A headless run takes over only the session it resumes; other
 		// open sessions of the store are left to their owners or to serve.
 		Adopt: func(s vigil.SessionSummary) bool { return string(s.ID) == *resume },

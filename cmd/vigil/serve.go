@@ -119,10 +119,21 @@ flags:`)
 		// The others' calls name this node as they reach it.
 		allowed = append(allowed, adv.Host)
 	}
+	tr, err := setupTracing(ctx, e.getenv)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// Flushed after the runtime closed, so the last runs' spans go too.
+	defer func() {
+		if err := tr.shutdown(); err != nil {
+			logger.Warn("traces were not all exported", "err", err)
+		}
+	}()
 	metrics := server.NewMetrics()
 	rt, err := vigil.Open(ctx, vigil.Options{
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node,
 		Logger: logger, Observer: metrics, LeaseTTL: *leaseTTL, Cluster: cluster,
+		TracerProvider: tr.tracerProvider(), TraceContent: tr.content,
 	})
 	if err != nil {
 		return fmt.Errorf("open runtime: %w", err)
