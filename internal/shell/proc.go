@@ -11,43 +11,55 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procStat holds the fields of /proc/<pid>/stat that the package uses.
-type procStat struct {
-	state     byte
-	pgid      int
-	startTime uint64
+// ProcStat holds the fields of /proc/<pid>/stat that vigil reads of a
+// process: its state, parent, process group, session and start time.
+type ProcStat struct {
+	// State is the one-letter state (R, S, Z, ...).
+	State byte
+	// PPID, PGID and SID are the parent, the process group and the
+	// session.
+	PPID, PGID, SID int
+	// StartTicks is the start time in clock ticks after boot: with the
+	// pid it names one process for good.
+	StartTicks uint64
 }
 
-// readStat reads /proc/<pid>/stat.
-func readStat(pid int) (procStat, error) {
+// ReadProcStat reads /proc/<pid>/stat.
+func ReadProcStat(pid int) (ProcStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return procStat{}, err
+		return ProcStat{}, err
 	}
-	return parseStat(b)
+	return ParseProcStat(b)
 }
 
-// parseStat parses a /proc/<pid>/stat line: "pid (comm) state ppid pgrp
-// ...". The command name may hold spaces and parentheses, so the fields are
-// counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
+// ParseProcStat parses a /proc/<pid>/stat line: "pid (comm) state ppid
+// pgrp session ...". The command name may hold spaces and parentheses, so
+// the fields are counted from the last ')'.
+func ParseProcStat(b []byte) (ProcStat, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return procStat{}, errors.New("parse stat: no command name")
+		return ProcStat{}, errors.New("parse stat: no command name")
 	}
 	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state)
 	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, errors.New("parse stat: too few fields")
+		return ProcStat{}, errors.New("parse stat: too few fields")
 	}
-	pgid, err := strconv.Atoi(string(f[2])) // field 5
-	if err != nil {
-		return procStat{}, fmt.Errorf("parse stat: pgrp: %w", err)
+	st := ProcStat{State: f[0][0]}
+	var err error
+	for _, fld := range []struct {
+		name string
+		at   int
+		to   *int
+	}{{"ppid", 1, &st.PPID}, {"pgrp", 2, &st.PGID}, {"session", 3, &st.SID}} {
+		if *fld.to, err = strconv.Atoi(string(f[fld.at])); err != nil {
+			return ProcStat{}, fmt.Errorf("parse stat: %s: %w", fld.name, err)
+		}
 	}
-	start, err := strconv.ParseUint(string(f[19]), 10, 64) // field 22
-	if err != nil {
-		return procStat{}, fmt.Errorf("parse stat: starttime: %w", err)
+	if st.StartTicks, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil { // field 22
+		return ProcStat{}, fmt.Errorf("parse stat: starttime: %w", err)
 	}
-	return procStat{state: f[0][0], pgid: pgid, startTime: start}, nil
+	return st, nil
 }
 
 // KillStale kills, with SIGKILL, the process group of a process that an
@@ -71,18 +83,18 @@ func KillStale(pid int, startTime uint64) (killed bool, err error) {
 	} else if !errors.Is(err, unix.ENOSYS) {
 		return false, fmt.Errorf("kill stale: pidfd: %w", err)
 	}
-	st, err := readStat(pid)
+	st, err := ReadProcStat(pid)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("kill stale: %w", err)
 	}
-	if st.startTime != startTime {
+	if st.StartTicks != startTime {
 		return false, nil
 	}
 	target := pid
-	if st.pgid == pid {
+	if st.PGID == pid {
 		target = -pid
 	}
 	if err := unix.Kill(target, unix.SIGKILL); err != nil {
@@ -100,19 +112,19 @@ func Alive(pid int, startTime uint64) bool {
 	if pid <= 0 {
 		return false
 	}
-	st, err := readStat(pid)
+	st, err := ReadProcStat(pid)
 	if err != nil {
 		return false
 	}
-	return st.startTime == startTime && st.state != 'Z' && st.state != 'X'
+	return st.StartTicks == startTime && st.State != 'Z' && st.State != 'X'
 }
 
 // SelfStartTime returns this process's start time in clock ticks since
 // boot, as /proc/<pid>/stat shows it.
 func SelfStartTime() (uint64, error) {
-	st, err := readStat(os.Getpid())
+	st, err := ReadProcStat(os.Getpid())
 	if err != nil {
 		return 0, fmt.Errorf("read own start time: %w", err)
 	}
-	return st.startTime, nil
+	return st.StartTicks, nil
 }

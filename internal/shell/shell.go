@@ -319,8 +319,8 @@ func (p *Process) monitor(cmd *exec.Cmd, r, w, out *os.File, started chan<- erro
 	p.pid = cmd.Process.Pid
 	// The shell cannot be reaped before this goroutine does it, so its stat
 	// is readable even when it has already exited.
-	if st, err := readStat(p.pid); err == nil {
-		p.startTime = st.startTime
+	if st, err := ReadProcStat(p.pid); err == nil {
+		p.startTime = st.StartTicks
 	}
 	o := newOutput(out, p.spec.MaxOutputBytes, p.spec.TailBytes)
 	copied := make(chan struct{})

@@ -241,8 +241,8 @@ func waitGone(t *testing.T, fd, pid int) {
 		}
 		break
 	}
-	if st, err := readStat(pid); err == nil && st.state != 'Z' && st.state != 'X' {
-		t.Fatalf("process %d in state %c", pid, st.state)
+	if st, err := ReadProcStat(pid); err == nil && st.State != 'Z' && st.State != 'X' {
+		t.Fatalf("process %d in state %c", pid, st.State)
 	}
 }
 
@@ -280,8 +280,8 @@ func waitSize(t *testing.T, path string, n int64) {
 }
 
 func alive(pid int) bool {
-	st, err := readStat(pid)
-	return err == nil && st.state != 'Z' && st.state != 'X'
+	st, err := ReadProcStat(pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
 }
 
 func TestExitCodes(t *testing.T) {
@@ -603,27 +603,27 @@ func TestPickShell(t *testing.T) {
 
 func TestStartTime(t *testing.T) {
 	p := start(t, Spec{Command: "sleep 30"})
-	st, err := readStat(p.PID())
+	st, err := ReadProcStat(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.StartTime() == 0 || p.StartTime() != st.startTime || st.pgid != p.PID() {
+	if p.StartTime() == 0 || p.StartTime() != st.StartTicks || st.PGID != p.PID() {
 		t.Fatalf("StartTime %d, stat %+v, pid %d", p.StartTime(), st, p.PID())
 	}
 }
 
 func TestParseStat(t *testing.T) {
 	line := "42 (a (b) c) S 1 42 42 0 -1 4194304 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3\n"
-	st, err := parseStat([]byte(line))
+	st, err := ParseProcStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (procStat{state: 'S', pgid: 42, startTime: 987654}) {
+	if st != (ProcStat{State: 'S', PPID: 1, PGID: 42, SID: 42, StartTicks: 987654}) {
 		t.Fatalf("%+v", st)
 	}
 	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 x 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"} {
-		if _, err := parseStat([]byte(bad)); err == nil {
-			t.Errorf("parseStat(%q) succeeded", bad)
+		if _, err := ParseProcStat([]byte(bad)); err == nil {
+			t.Errorf("ParseProcStat(%q) succeeded", bad)
 		}
 	}
 }
@@ -748,7 +748,7 @@ func TestPdeathsig(t *testing.T) {
 	}
 	fd := pidfd(t, child) // the helper is alive, so the child is too
 	t.Cleanup(func() { unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) })
-	if st, err := readStat(child); err != nil || st.pgid != child {
+	if st, err := ReadProcStat(child); err != nil || st.PGID != child {
 		t.Fatalf("child stat %+v, %v", st, err)
 	}
 

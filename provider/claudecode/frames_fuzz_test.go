@@ -13,14 +13,15 @@ import (
 
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/shell"
 )
 
 // FuzzFrames feeds arbitrary bytes to the CLI's output reader as a process
-// does: readLine splits the stream, decodeHeader reads each line's type,
+// does: shell.ReadLine splits the stream, decodeHeader reads each line's type,
 // and the mapper maps it (the control frames decoded as the process
 // decodes them). Nothing may panic, and:
 //
-//   - readLine gives back the stream: the lines, joined by newlines, are
+//   - shell.ReadLine gives back the stream: the lines, joined by newlines, are
 //     the input when none was too long, and no line it returns is longer
 //     than its limit;
 //   - decodeHeader either fails or gives a type, and a line it accepts is
@@ -76,7 +77,7 @@ func FuzzFrames(f *testing.F) {
 		var lines [][]byte
 		anyLong := false
 		for {
-			line, long, err := readLine(br, limit)
+			line, long, err := shell.ReadLine(br, limit)
 			if long {
 				anyLong = true
 				if line != nil {

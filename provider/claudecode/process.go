@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -77,7 +76,7 @@ type process struct {
 	pending    map[string]chan error
 	groups     map[int]uint64
 
-	stderr   tailBuffer
+	stderr   shell.TailBuffer
 	outR     *os.File
 	errR     *os.File
 	readDone chan struct{}
@@ -93,7 +92,7 @@ func newProcess(d *Driver, p *provider.SessionStart, emit func(core.Input)) *pro
 	return &process{
 		d: d, log: log, agent: p.Agent, emit: emit, m: newMapper(p.Agent, log, &d.stats), cgroup: p.Cgroup,
 		pending: map[string]chan error{}, groups: map[int]uint64{},
-		stderr:   tailBuffer{max: DefaultStderrTail},
+		stderr:   shell.TailBuffer{Max: DefaultStderrTail},
 		readDone: make(chan struct{}), errDone: make(chan struct{}),
 		exitedCh: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -160,8 +159,8 @@ func (p *process) monitor(cmd *exec.Cmd, started chan<- error, childEnds ...*os.
 		return
 	}
 	p.pid = cmd.Process.Pid
-	if st, err := readProcStat(p.pid); err == nil {
-		p.ticks = st.startTicks
+	if st, err := shell.ReadProcStat(p.pid); err == nil {
+		p.ticks = st.StartTicks
 	}
 	started <- nil
 
@@ -226,7 +225,7 @@ func (p *process) finish(werr error) {
 	for _, ch := range pending {
 		ch <- ErrEnded
 	}
-	reason := exitReason(cause, werr, p.stderr.String())
+	reason := shell.ExitReason(cause, werr, p.stderr.String())
 	if cause == "" {
 		p.log.Warn("claude code: process exited", "pid", p.pid, "reason", reason)
 	} else {
@@ -237,31 +236,11 @@ func (p *process) finish(werr error) {
 	close(p.done)
 }
 
-// exitReason says why the process ended, with its exit status and the
-// tail of its stderr.
-func exitReason(cause string, werr error, stderr string) string {
-	if cause == "" {
-		cause = "process exited"
-	}
-	status := "exit status 0"
-	if werr != nil {
-		status = werr.Error()
-	}
-	r := cause + " (" + status + ")"
-	if tail := strings.TrimSpace(stderr); tail != "" {
-		if len(tail) > 1000 {
-			tail = "..." + tail[len(tail)-1000:]
-		}
-		r += "; stderr: " + tail
-	}
-	return r
-}
-
 func (p *process) readStdout() {
 	defer close(p.readDone)
 	br := bufio.NewReaderSize(p.outR, 64<<10)
 	for {
-		line, long, err := readLine(br, MaxLineBytes)
+		line, long, err := shell.ReadLine(br, MaxLineBytes)
 		if long {
 			p.d.stats.malformed.Add(1)
 			p.log.Warn("claude code: output line too long; dropped", "limit", MaxLineBytes)
@@ -274,28 +253,6 @@ func (p *process) readStdout() {
 			}
 			return
 		}
-	}
-}
-
-// readLine reads one line without its newline. A line over max is
-// consumed and reported long, without its bytes.
-func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !long {
-			if len(line)+len(chunk) > max {
-				long, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if n := len(line); n > 0 && line[n-1] == '\n' {
-			line = line[:n-1]
-		}
-		return line, long, err
 	}
 }
 
@@ -709,28 +666,4 @@ func (p *process) idleCheck() {
 	p.d.stats.idleReleases.Add(1)
 	p.log.Info("claude code: idle release", "pid", p.pid, "idle_for", o.IdleRelease)
 	p.end(cause)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-// Write implements io.Writer.
-func (t *tailBuffer) Write(b []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, b...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-}
-
-// String implements fmt.Stringer.
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

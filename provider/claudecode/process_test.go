@@ -1,7 +1,6 @@
 package claudecode
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -308,19 +307,5 @@ func TestProcessControlRequests(t *testing.T) {
 	got = f.until("the refusal", isTurnEnd)
 	if end := got[len(got)-1].(core.ExternalTurnEnded); !strings.Contains(end.Result, "vigil does not answer initialize requests") {
 		t.Fatalf("result %q", end.Result)
-	}
-}
-
-// readLine drops an over-long line whole and goes on with the next.
-func TestReadLineTooLong(t *testing.T) {
-	in := strings.Repeat("x", 300) + "\nshort\n"
-	br := bufio.NewReaderSize(strings.NewReader(in), 16)
-	line, long, err := readLine(br, 100)
-	if !long || line != nil || err != nil {
-		t.Fatalf("long line: %q %v %v", line, long, err)
-	}
-	line, long, err = readLine(br, 100)
-	if long || string(line) != "short" || err != nil {
-		t.Fatalf("next line: %q %v %v", line, long, err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -75,7 +74,7 @@ type process struct {
 	pending map[int64]func(json.RawMessage, *rpcError)
 	term    shell.Timer
 
-	stderr   tailBuffer
+	stderr   shell.TailBuffer
 	outR     *os.File
 	errR     *os.File
 	readDone chan struct{}
@@ -95,7 +94,7 @@ func newProcess(d *Driver, p *provider.SessionStart, emit func(core.Input)) *pro
 	pr := &process{
 		d: d, log: log, agent: p.Agent, emitFn: emit, perm: p.PermissionMode, model: model, cwd: p.Cwd, cgroup: p.Cgroup,
 		m: newMapper(p.Agent, log, &d.stats), pending: map[int64]func(json.RawMessage, *rpcError){},
-		stderr:   tailBuffer{max: DefaultStderrTail},
+		stderr:   shell.TailBuffer{Max: DefaultStderrTail},
 		readDone: make(chan struct{}), errDone: make(chan struct{}),
 		exitedCh: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -237,7 +236,7 @@ func (p *process) finish(werr error) {
 	for _, f := range pending {
 		f(nil, &rpcError{Code: -1, Message: ErrEnded.Error()})
 	}
-	reason := exitReason(cause, werr, p.stderr.String())
+	reason := shell.ExitReason(cause, werr, p.stderr.String())
 	if cause == "" {
 		p.log.Warn("codex: process exited", "pid", p.pid, "reason", reason)
 	} else {
@@ -248,31 +247,11 @@ func (p *process) finish(werr error) {
 	close(p.done)
 }
 
-// exitReason says why the process ended, with its exit status and the
-// tail of its stderr.
-func exitReason(cause string, werr error, stderr string) string {
-	if cause == "" {
-		cause = "process exited"
-	}
-	status := "exit status 0"
-	if werr != nil {
-		status = werr.Error()
-	}
-	r := cause + " (" + status + ")"
-	if tail := strings.TrimSpace(stderr); tail != "" {
-		if len(tail) > 1000 {
-			tail = "..." + tail[len(tail)-1000:]
-		}
-		r += "; stderr: " + tail
-	}
-	return r
-}
-
 func (p *process) readStdout() {
 	defer close(p.readDone)
 	br := bufio.NewReaderSize(p.outR, 64<<10)
 	for {
-		line, long, err := readLine(br, MaxLineBytes)
+		line, long, err := shell.ReadLine(br, MaxLineBytes)
 		if long {
 			p.d.stats.malformed.Add(1)
 			p.log.Warn("codex: output line too long; dropped", "limit", MaxLineBytes)
@@ -285,28 +264,6 @@ func (p *process) readStdout() {
 			}
 			return
 		}
-	}
-}
-
-// readLine reads one line without its newline. A line over max is
-// consumed and reported long, without its bytes.
-func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !long {
-			if len(line)+len(chunk) > max {
-				long, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if n := len(line); n > 0 && line[n-1] == '\n' {
-			line = line[:n-1]
-		}
-		return line, long, err
 	}
 }
 
@@ -775,28 +732,4 @@ func (p *process) signal(sig syscall.Signal) {
 	if !p.reaped {
 		_ = syscall.Kill(-p.pid, sig)
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-// Write appends b, keeping the last max bytes.
-func (t *tailBuffer) Write(b []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, b...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-}
-
-// String returns what the buffer holds.
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
