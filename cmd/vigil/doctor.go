@@ -15,6 +15,8 @@ import (
 	"github.com/vigilrun/vigil/internal/doctor/claudecode"
 	"github.com/vigilrun/vigil/internal/doctor/t3code"
 	"github.com/vigilrun/vigil/internal/doctor/vigilstore"
+	"github.com/vigilrun/vigil/store/postgres"
+	"github.com/vigilrun/vigil/store/sqlite"
 )
 
 // Exit codes of vigil doctor. Finding something is not an error of the
@@ -85,7 +87,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 		return usage("--stall %s: want a positive duration", *stall)
 	}
 	if *storeURL != "" && !strings.HasPrefix(*storeURL, "postgres://") && !strings.HasPrefix(*storeURL, "postgresql://") {
-		return usage("--store %q: want a postgres:// URL (a SQLite store is read with --data DIR)", vigilstore.Redact(*storeURL))
+		return usage("--store %q: want a postgres:// URL (a SQLite store is read with --data DIR)", postgres.Redact(*storeURL))
 	}
 
 	type source struct {
@@ -133,7 +135,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 			return usage("--data %s: no vigil store there (%s does not exist)", *data, path)
 		}
 		srcs = append(srcs, source{"vigil store", path, func() (doctor.Report, error) {
-			st, err := vigilstore.OpenSQLite(ctx, path)
+			st, err := sqlite.OpenReader(ctx, path)
 			if err != nil {
 				return doctor.Report{}, err
 			}
@@ -142,9 +144,9 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 		}})
 	}
 	if *storeURL != "" {
-		name := vigilstore.Redact(*storeURL)
+		name := postgres.Redact(*storeURL)
 		srcs = append(srcs, source{"vigil store", name, func() (doctor.Report, error) {
-			st, err := vigilstore.OpenPostgres(ctx, *storeURL)
+			st, err := postgres.OpenReader(ctx, *storeURL)
 			if err != nil {
 				return doctor.Report{}, err
 			}

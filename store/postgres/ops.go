@@ -312,34 +312,54 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]stor
 func (s *Store) EventListAll(ctx context.Context, p *store.EventListAllParams) ([]store.Record, error) {
 	var out []store.Record
 	err := s.read(ctx, "list events", func() error {
-		out = nil
-		q, args := listAllSteps, []any{p.AfterGlobal}
-		if p.Limit > 0 {
-			q, args = listAllStepsLimit, append(args, int64(p.Limit))
-		}
-		return s.collect(ctx, q, args, func(rows pgx.Rows) error {
-			var session string
-			var seq, global int64
-			var data []byte
-			if err := rows.Scan(&session, &seq, &global, &data); err != nil {
-				return err
-			}
-			from := len(out)
-			var err error
-			if out, err = steps.Decode(out, session, seq, global, data); err != nil {
-				return err
-			}
-			if global <= p.AfterGlobal {
-				// The first step read may begin at or before the cursor.
-				out = append(out[:from], out[from+int(p.AfterGlobal-global)+1:]...)
-			}
-			return nil
-		})
+		var err error
+		out, err = listAll(ctx, s.pool, p)
+		return err
 	})
+	return out, err
+}
+
+// querier runs a query: a pool, or one connection (Reader).
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// listAll reads the records after p.AfterGlobal, in global order, at most
+// p.Limit of them (0: all).
+func listAll(ctx context.Context, db querier, p *store.EventListAllParams) ([]store.Record, error) {
+	var out []store.Record
+	q, args := listAllSteps, []any{p.AfterGlobal}
+	if p.Limit > 0 {
+		q, args = listAllStepsLimit, append(args, int64(p.Limit))
+	}
+	rows, err := db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var session string
+		var seq, global int64
+		var data []byte
+		if err := rows.Scan(&session, &seq, &global, &data); err != nil {
+			return nil, err
+		}
+		from := len(out)
+		if out, err = steps.Decode(out, session, seq, global, data); err != nil {
+			return nil, err
+		}
+		if global <= p.AfterGlobal {
+			// The first step read may begin at or before the cursor.
+			out = append(out[:from], out[from+int(p.AfterGlobal-global)+1:]...)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
 	if p.Limit > 0 && len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
-	return out, err
+	return out, nil
 }
 
 // LastSeq implements store.Store.

@@ -129,7 +129,7 @@ func TestClaudeCodeSessionIsClean(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ro, err := OpenSQLite(ctx, path)
+	ro, err := sqlite.OpenReader(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}

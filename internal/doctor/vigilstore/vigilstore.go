@@ -28,9 +28,10 @@
 // sessions to show it, and edit their logs to show that each check fires
 // when the failure is put back.
 //
-// Reading never writes: OpenSQLite opens the database file read-only
-// (SQLite's mode=ro, or immutable=1 when no write-ahead log exists) and
-// OpenPostgres runs every query in read-only transactions. Neither takes a
+// Reading never writes: the sources vigil doctor gives it are the stores'
+// readers, store/sqlite.OpenReader (the file opened read-only: SQLite's
+// mode=ro, and immutable=1 when no write-ahead log exists) and
+// store/postgres.OpenReader (read-only transactions). Neither takes a
 // lease nor runs a migration, unlike store/sqlite.Open and
 // store/postgres.Open, which do both.
 package vigilstore
@@ -49,8 +50,8 @@ import (
 )
 
 // Source is what the checks read: a store's whole event log in global
-// order. Every store.Store is one; so are the read-only readers of this
-// package.
+// order. Every store.Store is one; so are store/sqlite.Reader and
+// store/postgres.Reader.
 type Source interface {
 	EventListAll(ctx context.Context, p *store.EventListAllParams) ([]store.Record, error)
 }
