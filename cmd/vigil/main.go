@@ -15,10 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/internal/ccwire"
 )
 
 // command is one subcommand.
@@ -80,6 +82,22 @@ func main() {
 
 func runMain(ctx context.Context, e *env, args []string) int {
 	cmds := commands()
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") && ccwire.IsStreamJSON(args) {
+		// Run as Claude Code would be, by the Agent SDK or another
+		// program written for it: no subcommand, stream-json both ways.
+		if err := runStreamJSON(ctx, e, args); err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) {
+				if ee.err != nil {
+					fmt.Fprintf(e.stderr, "vigil: %v\n", ee.err)
+				}
+				return ee.code
+			}
+			fmt.Fprintf(e.stderr, "vigil: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(e.stdout, cmds)
 		if len(args) == 0 {

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/vigilrun/vigil"
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/ccwire"
+	"github.com/vigilrun/vigil/internal/text"
+)
+
+// runStreamJSON runs vigil as a Claude Code-compatible executable: one
+// session, driven by Claude Code's stream-json protocol on stdin and
+// stdout (internal/ccwire), on the default store and provider.
+func runStreamJSON(ctx context.Context, e *env, args []string) error {
+	a, err := ccwire.ParseArgs(args)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pf := providerFlags{model: a.Model, script: e.getenv("VIGIL_SCRIPT")}
+	provs, err := pf.build(e, logger)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if provs.note != "" {
+		fmt.Fprintln(e.stderr, "vigil:", provs.note)
+	}
+	if a.MaxTurns > 0 || len(a.MCPConfig) > 0 || a.IncludePartial {
+		fmt.Fprintln(e.stderr, "vigil: --max-turns, --mcp-config and --include-partial-messages are accepted and not applied")
+	}
+	var sf storeFlags
+	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	rt, err := vigil.Open(ctx, vigil.Options{
+		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st,
+		Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,
+		Adopt: func(s vigil.SessionSummary) bool { return a.Resume != "" && string(s.ID) == a.Resume },
+	})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	cwd := a.Cwd
+	if cwd == "" {
+		if cwd, err = os.Getwd(); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	}
+	mode, err := ccwire.VigilMode(a.PermissionMode)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	switch {
+	case a.SkipPermissions && (a.PermissionMode == "" || a.PermissionMode == "bypassPermissions"):
+		mode = string(vigil.PermBypass)
+	case mode == string(vigil.PermAsk) && a.PermissionPromptTool != "stdio":
+		// Nobody to ask: what the rules do not allow is denied, as the
+		// CLI does without a permission prompt tool.
+		mode = string(vigil.PermAuto)
+	}
+	sess := &sdkSession{
+		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan core.Event, 256),
+		params: vigil.SessionParams{
+			Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: cwd,
+			Permissions: vigil.Permissions{Mode: vigil.PermissionMode(mode), Allow: a.AllowedTools, Deny: a.DisallowedTools},
+		},
+	}
+	defer sess.close()
+	model := provs.model
+	if model == "" {
+		model = provs.name
+	}
+	m := ccwire.NewMapper("", model, cwd, newUUID)
+	if a.PermissionMode != "" {
+		m.PermissionMode = a.PermissionMode
+	}
+	m.Tools = []string{"Agent", "Bash", "Read", "Write", "Edit", "SendMessage", "TaskOutput", "TaskStop"}
+	srv := &ccwire.Server{Args: a, Session: sess, Mapper: m, Stderr: e.stderr}
+	return srv.Serve(ctx, os.Stdin, e.stdout)
+}
+
+// sdkSession is the vigil session behind a stream-json process.
+type sdkSession struct {
+	rt     *vigil.Runtime
+	params vigil.SessionParams
+	resume vigil.SessionID
+	events chan core.Event
+
+	mu       sync.Mutex
+	id       vigil.SessionID
+	sub      *vigil.Subscription
+	replayed int64
+}
+
+// Prompt creates the session with its first prompt (or takes over the
+// resumed one), subscribes to it, and queues later prompts.
+func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id != "" {
+		_, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt})
+		return string(s.id), err
+	}
+	if s.resume != "" {
+		d, err := s.rt.SessionGet(ctx, s.resume, nil)
+		if err != nil {
+			return "", fmt.Errorf("resume %s: %w", s.resume, err)
+		}
+		s.replayed = d.Seq
+		s.id = s.resume
+	} else {
+		p := s.params
+		p.Prompt, p.Title = prompt, text.FirstLine(prompt, 60)
+		sess, err := s.rt.CreateSession(ctx, &p)
+		if err != nil {
+			return "", err
+		}
+		s.id = sess.ID
+	}
+	// From the first event, also when resuming: the server maps the
+	// events before the takeover without printing them (Replayed).
+	sub, err := s.rt.Subscribe(ctx, &vigil.SubscribeParams{Session: s.id})
+	if err != nil {
+		return "", fmt.Errorf("subscribe to %s: %w", s.id, err)
+	}
+	s.sub = sub
+	go s.forward(sub)
+	if s.resume != "" {
+		if _, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt}); err != nil {
+			return "", err
+		}
+	}
+	return string(s.id), nil
+}
+
+// forward decodes the subscription's events for the server.
+func (s *sdkSession) forward(sub *vigil.Subscription) {
+	defer close(s.events)
+	for ev := range sub.C {
+		body, err := core.DecodeBody(ev.Type, ev.Data)
+		if err != nil {
+			continue // a type this build does not know: nothing to print
+		}
+		s.events <- core.Event{Seq: ev.Seq, At: ev.At, Body: body}
+	}
+}
+
+// Interrupt cancels the main agent's run, if one is in progress.
+func (s *sdkSession) Interrupt(ctx context.Context) error {
+	s.mu.Lock()
+	id := s.id
+	s.mu.Unlock()
+	if id == "" {
+		return nil
+	}
+	err := s.rt.CancelRun(ctx, id, &vigil.AgentActionParams{Agent: string(vigil.MainAgent), By: "sdk"})
+	if vigil.CodeOf(err) == vigil.CodeConflict {
+		return nil // no run in progress: nothing to interrupt
+	}
+	return err
+}
+
+// Answer answers a permission request.
+func (s *sdkSession) Answer(ctx context.Context, ap core.ApprovalID, allow bool, reason string) error {
+	return s.rt.AnswerApproval(ctx, s.id, &vigil.AnswerApprovalParams{Approval: vigil.ApprovalID(ap), Allow: allow, By: "sdk", Reason: reason})
+}
+
+// Replayed is the resumed session's last event before this process.
+func (s *sdkSession) Replayed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayed
+}
+
+// Events delivers the session's events.
+func (s *sdkSession) Events() <-chan core.Event { return s.events }
+
+// Quiescent waits until the session is quiescent.
+func (s *sdkSession) Quiescent(ctx context.Context) (int64, error) {
+	if err := s.rt.WaitQuiescent(ctx, s.id); err != nil {
+		if errors.Is(err, vigil.ErrNotFound) {
+			return 0, fmt.Errorf("session %s is held by another vigil process", s.id)
+		}
+		return 0, err
+	}
+	d, err := s.rt.SessionGet(ctx, s.id, nil)
+	if err != nil {
+		return 0, err
+	}
+	return d.Seq, nil
+}
+
+func (s *sdkSession) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sub != nil {
+		s.sub.Close()
+	}
+}
+
+// newUUID returns a random version 4 UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}

@@ -1,0 +1,332 @@
+package ccwire
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vigilrun/vigil/core"
+)
+
+// Version is the Claude Code version this protocol follows, reported in
+// system/init and the initialize response.
+const Version = "2.1.328"
+
+// Session is the vigil session a Server drives. The first Prompt creates
+// it (or, resuming, queues to it); Events then carries its events in order.
+type Session interface {
+	// Prompt queues a user prompt and returns the session's id.
+	Prompt(ctx context.Context, text string) (string, error)
+	// Interrupt cancels the main agent's run in progress, if any.
+	Interrupt(ctx context.Context) error
+	// Answer answers a permission request.
+	Answer(ctx context.Context, approval core.ApprovalID, allow bool, reason string) error
+	// Events delivers the session's events, once it exists; it is closed
+	// when the session's subscription ends.
+	Events() <-chan core.Event
+	// Quiescent waits until nothing is left to run (no run, no live task,
+	// empty inboxes) and returns the sequence number of the last event.
+	Quiescent(ctx context.Context) (int64, error)
+	// Replayed is, for a resumed session, the sequence number of its last
+	// event before this process took it over: Events delivers the
+	// session's events from its first, and those up to Replayed are
+	// mapped, so that the mapper knows the session's agents and tasks,
+	// but not printed. It is 0 for a new session.
+	Replayed() int64
+}
+
+// Server speaks Claude Code's stream-json protocol on in and out for one
+// vigil session.
+type Server struct {
+	// Args are the process's arguments.
+	Args *Args
+	// Session is the session driven.
+	Session Session
+	// Mapper makes the frames; its Session field is set at the first
+	// prompt.
+	Mapper *Mapper
+	// Stderr gets diagnostics.
+	Stderr io.Writer
+
+	mu      sync.Mutex
+	out     *json.Encoder
+	pending map[string]core.ApprovalID // can_use_tool request id -> approval
+	reqSeq  int
+}
+
+// inFrame is a line read from the program.
+type inFrame struct {
+	Type      string          `json:"type"`
+	RequestID string          `json:"request_id"`
+	Request   json.RawMessage `json:"request"`
+	Response  *struct {
+		Subtype   string          `json:"subtype"`
+		RequestID string          `json:"request_id"`
+		Response  json.RawMessage `json:"response"`
+		Error     string          `json:"error"`
+	} `json:"response"`
+	Message *struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"message"`
+}
+
+// Serve runs until in is closed and the session is quiescent, or ctx ends.
+func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	s.out = json.NewEncoder(out)
+	s.out.SetEscapeHTML(false)
+	s.pending = map[string]core.ApprovalID{}
+	lines := make(chan inFrame)
+	readErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				continue
+			}
+			var f inFrame
+			if err := json.Unmarshal([]byte(line), &f); err != nil {
+				fmt.Fprintf(s.Stderr, "vigil: ignoring a line that is not JSON: %v\n", err)
+				continue
+			}
+			select {
+			case lines <- f:
+			case <-ctx.Done():
+				return
+			}
+		}
+		readErr <- sc.Err()
+	}()
+	var events <-chan core.Event
+	started := false
+	eof := false
+	var last int64 = -1
+	var unanswered []core.Approval // of a resumed session, while replaying
+	quiet := make(chan int64, 1)
+	quietErr := make(chan error, 1)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			if err != nil {
+				return fmt.Errorf("read stdin: %w", err)
+			}
+			eof, lines = true, nil
+			if !started {
+				return nil
+			}
+			go func() {
+				seq, err := s.Session.Quiescent(ctx)
+				if err != nil {
+					quietErr <- err
+					return
+				}
+				quiet <- seq
+			}()
+		case err := <-quietErr:
+			return fmt.Errorf("wait for the session to finish: %w", err)
+		case seq := <-quiet:
+			last = seq
+			if s.Mapper.lastSeq >= last {
+				return nil
+			}
+		case f := <-lines:
+			if err := s.handle(ctx, f, &started); err != nil {
+				return err
+			}
+			if started && events == nil {
+				events = s.Session.Events()
+			}
+		case e, ok := <-events:
+			if !ok {
+				return errors.New("the session's event stream ended")
+			}
+			s.Mapper.lastSeq = e.Seq
+			frames := s.Mapper.Map(e)
+			if replayed := s.Session.Replayed(); e.Seq <= replayed {
+				// Printed by an earlier process; a permission request it
+				// left unanswered is asked again once the replay is done.
+				switch b := e.Body.(type) {
+				case *core.ApprovalRequested:
+					unanswered = append(unanswered, b.Approval)
+				case *core.ApprovalResolved:
+					unanswered = slices.DeleteFunc(unanswered, func(a core.Approval) bool { return a.ID == b.Approval })
+				}
+				if e.Seq == replayed {
+					for _, a := range unanswered {
+						if err := s.askApproval(a); err != nil {
+							return err
+						}
+					}
+					unanswered = nil
+				}
+				continue
+			}
+			for _, fr := range frames {
+				if err := s.write(fr); err != nil {
+					return err
+				}
+			}
+			if a, ok := e.Body.(*core.ApprovalRequested); ok {
+				if err := s.askApproval(a.Approval); err != nil {
+					return err
+				}
+			}
+			if eof && last >= 0 && e.Seq >= last {
+				return nil
+			}
+		}
+	}
+}
+
+func (s *Server) write(f Frame) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.out.Encode(f); err != nil {
+		return fmt.Errorf("write stdout: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) handle(ctx context.Context, f inFrame, started *bool) error {
+	switch f.Type {
+	case "user":
+		if f.Message == nil {
+			return errors.New("a user frame without a message")
+		}
+		text, err := contentText(f.Message.Content)
+		if err != nil {
+			return err
+		}
+		id, err := s.Session.Prompt(ctx, text)
+		if err != nil {
+			return fmt.Errorf("prompt: %w", err)
+		}
+		s.Mapper.Session = id
+		*started = true
+	case "control_request":
+		return s.control(ctx, f)
+	case "control_response":
+		if f.Response == nil {
+			return nil
+		}
+		return s.answered(ctx, f.Response.RequestID, f.Response.Subtype, f.Response.Response, f.Response.Error)
+	case "control_cancel_request", "keep_alive", "update_environment_variables":
+	default:
+		fmt.Fprintf(s.Stderr, "vigil: ignoring a %q frame\n", f.Type)
+	}
+	return nil
+}
+
+// contentText reads a user message's content: a string, or text blocks.
+func contentText(raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", fmt.Errorf("user message content: %w", err)
+	}
+	var parts []string
+	for _, b := range blocks {
+		if b.Type != "text" {
+			return "", fmt.Errorf("user message content of type %q is not supported (text only)", b.Type)
+		}
+		parts = append(parts, b.Text)
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+func (s *Server) control(ctx context.Context, f inFrame) error {
+	var req struct {
+		Subtype string `json:"subtype"`
+		Mode    string `json:"mode"`
+	}
+	if err := json.Unmarshal(f.Request, &req); err != nil {
+		return s.controlError(f.RequestID, fmt.Sprintf("bad control request: %v", err))
+	}
+	switch req.Subtype {
+	case "initialize":
+		return s.controlOK(f.RequestID, Frame{
+			"commands": []any{}, "agents": []any{Frame{"name": "general-purpose", "description": "A vigil subagent"}},
+			"output_style": "default", "available_output_styles": []string{"default"},
+			"models": []any{}, "account": Frame{}, "pid": os.Getpid(), "claude_code_version": Version,
+			"current_permission_mode": s.Mapper.PermissionMode, "session_state": "idle", "capabilities": []string{},
+		})
+	case "interrupt":
+		if err := s.Session.Interrupt(ctx); err != nil {
+			return s.controlError(f.RequestID, err.Error())
+		}
+		return s.controlOK(f.RequestID, Frame{"still_queued": []any{}})
+	case "set_permission_mode":
+		if req.Mode == s.Mapper.PermissionMode {
+			return s.controlOK(f.RequestID, Frame{})
+		}
+		return s.controlError(f.RequestID, fmt.Sprintf("vigil keeps a session's permission mode (%s) for its life; %s is not applied", s.Mapper.PermissionMode, req.Mode))
+	}
+	return s.controlError(f.RequestID, fmt.Sprintf("control request %q is not supported by vigil", req.Subtype))
+}
+
+func (s *Server) controlOK(id string, resp Frame) error {
+	return s.write(Frame{"type": "control_response", "response": Frame{"subtype": "success", "request_id": id, "response": resp}})
+}
+
+func (s *Server) controlError(id, msg string) error {
+	return s.write(Frame{"type": "control_response", "response": Frame{"subtype": "error", "request_id": id, "error": msg}})
+}
+
+// askApproval sends a can_use_tool request for a permission request.
+func (s *Server) askApproval(a core.Approval) error {
+	s.reqSeq++
+	id := fmt.Sprintf("vigil-perm-%d", s.reqSeq)
+	s.pending[id] = a.ID
+	input := a.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	return s.write(Frame{"type": "control_request", "request_id": id, "request": Frame{
+		"subtype": "can_use_tool", "tool_name": a.Tool, "input": input, "tool_use_id": a.UseID,
+		"permission_suggestions": []any{}, "decision_reason": a.Reason,
+	}})
+}
+
+// answered takes the program's answer to a can_use_tool request.
+func (s *Server) answered(ctx context.Context, id, subtype string, resp json.RawMessage, errMsg string) error {
+	ap, ok := s.pending[id]
+	if !ok {
+		return nil
+	}
+	delete(s.pending, id)
+	if subtype != "success" {
+		if err := s.Session.Answer(ctx, ap, false, "the program's permission callback failed: "+errMsg); err != nil {
+			fmt.Fprintf(s.Stderr, "vigil: the answer to permission request %s was not applied: %v\n", ap, err)
+		}
+		return nil
+	}
+	var d struct {
+		Behavior string `json:"behavior"`
+		Message  string `json:"message"`
+	}
+	if err := json.Unmarshal(resp, &d); err != nil {
+		d.Behavior, d.Message = "deny", fmt.Sprintf("unreadable permission answer: %v", err)
+	}
+	if err := s.Session.Answer(ctx, ap, d.Behavior == "allow", d.Message); err != nil {
+		// Most often the request is gone: an interrupt withdrew it.
+		fmt.Fprintf(s.Stderr, "vigil: the answer to permission request %s was not applied: %v\n", ap, err)
+	}
+	return nil
+}

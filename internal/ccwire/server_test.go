@@ -1,0 +1,201 @@
+package ccwire
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigilrun/vigil/core"
+)
+
+// fakeSession records what the server asks of the session.
+type fakeSession struct {
+	prompts    chan string
+	interrupts chan struct{}
+	answers    chan string
+	events     chan core.Event
+	quiet      chan int64
+	replayed   int64
+}
+
+func newFakeSession() *fakeSession {
+	return &fakeSession{
+		prompts: make(chan string, 8), interrupts: make(chan struct{}, 8), answers: make(chan string, 8),
+		events: make(chan core.Event, 8), quiet: make(chan int64, 1),
+	}
+}
+
+func (f *fakeSession) Prompt(_ context.Context, text string) (string, error) {
+	f.prompts <- text
+	return "s1", nil
+}
+
+func (f *fakeSession) Interrupt(context.Context) error { f.interrupts <- struct{}{}; return nil }
+
+func (f *fakeSession) Answer(_ context.Context, ap core.ApprovalID, allow bool, reason string) error {
+	f.answers <- fmt.Sprintf("%s allow=%v %s", ap, allow, reason)
+	return nil
+}
+
+func (f *fakeSession) Events() <-chan core.Event { return f.events }
+
+func (f *fakeSession) Replayed() int64 { return f.replayed }
+
+func (f *fakeSession) Quiescent(ctx context.Context) (int64, error) {
+	select {
+	case seq := <-f.quiet:
+		return seq, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// wire is a running server with a program's ends of its pipes.
+type wire struct {
+	t    *testing.T
+	in   *io.PipeWriter
+	out  *bufio.Scanner
+	done chan error
+}
+
+func startServer(t *testing.T, s *fakeSession, mode string) *wire {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	m := newTestMapper()
+	m.PermissionMode = mode
+	srv := &Server{Args: &Args{}, Session: s, Mapper: m, Stderr: io.Discard}
+	w := &wire{t: t, in: inW, out: bufio.NewScanner(outR), done: make(chan error, 1)}
+	go func() {
+		err := srv.Serve(ctx, inR, outW)
+		outW.Close()
+		w.done <- err
+	}()
+	return w
+}
+
+func (w *wire) send(line string) {
+	w.t.Helper()
+	if _, err := io.WriteString(w.in, line+"\n"); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *wire) read() map[string]any {
+	w.t.Helper()
+	if !w.out.Scan() {
+		w.t.Fatalf("no more output: %v", w.out.Err())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(w.out.Bytes(), &m); err != nil {
+		w.t.Fatal(err)
+	}
+	return m
+}
+
+func TestServerControl(t *testing.T) {
+	s := newFakeSession()
+	w := startServer(t, s, "default")
+
+	w.send(`{"request_id":"r1","type":"control_request","request":{"subtype":"initialize","systemPrompt":[""]}}`)
+	resp := w.read()["response"].(map[string]any)
+	if resp["subtype"] != "success" || resp["request_id"] != "r1" {
+		t.Fatalf("initialize response: %v", resp)
+	}
+	if r := resp["response"].(map[string]any); r["claude_code_version"] != Version || r["current_permission_mode"] != "default" {
+		t.Fatalf("initialize: %v", r)
+	}
+
+	w.send(`{"type":"user","message":{"role":"user","content":[{"type":"text","text":"hello"}]},"parent_tool_use_id":null,"session_id":""}`)
+	if p := <-s.prompts; p != "hello" {
+		t.Fatalf("prompt %q", p)
+	}
+
+	// A permission request goes to the program; its answer to vigil.
+	s.events <- core.Event{Seq: 1, Body: &core.ApprovalRequested{Approval: core.Approval{ID: "p1", Agent: core.MainAgent, UseID: "toolu_9", Tool: "Bash", Input: json.RawMessage(`{"command":"rm x"}`)}}}
+	req := w.read()
+	r := req["request"].(map[string]any)
+	if req["type"] != "control_request" || r["subtype"] != "can_use_tool" || r["tool_name"] != "Bash" || r["tool_use_id"] != "toolu_9" {
+		t.Fatalf("can_use_tool: %v", req)
+	}
+	w.send(fmt.Sprintf(`{"type":"control_response","response":{"subtype":"success","request_id":%q,"response":{"behavior":"deny","message":"no"}}}`, req["request_id"]))
+	if a := <-s.answers; a != "p1 allow=false no" {
+		t.Fatalf("answer %q", a)
+	}
+
+	w.send(`{"request_id":"r2","type":"control_request","request":{"subtype":"interrupt"}}`)
+	<-s.interrupts
+	if resp := w.read()["response"].(map[string]any); resp["subtype"] != "success" || resp["request_id"] != "r2" {
+		t.Fatalf("interrupt response: %v", resp)
+	}
+
+	w.send(`{"request_id":"r3","type":"control_request","request":{"subtype":"set_permission_mode","mode":"acceptEdits"}}`)
+	if resp := w.read()["response"].(map[string]any); resp["subtype"] != "error" || !strings.Contains(fmt.Sprint(resp["error"]), "acceptEdits") {
+		t.Fatalf("set_permission_mode response: %v", resp)
+	}
+	w.send(`{"request_id":"r4","type":"control_request","request":{"subtype":"mcp_status"}}`)
+	if resp := w.read()["response"].(map[string]any); resp["subtype"] != "error" || resp["request_id"] != "r4" {
+		t.Fatalf("unknown request's response: %v", resp)
+	}
+
+	// Stdin closes: the server waits for the session, prints what is left,
+	// and ends.
+	w.in.Close()
+	s.quiet <- 2
+	s.events <- core.Event{Seq: 2, Body: &core.RunStarted{Agent: core.MainAgent, Seq: 2}}
+	if f := w.read(); f["subtype"] != "init" {
+		t.Fatalf("last frame: %v", f)
+	}
+	if err := <-w.done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Stdin closed before any prompt: nothing to run, the server ends.
+func TestServerNoPrompt(t *testing.T) {
+	w := startServer(t, newFakeSession(), "default")
+	w.in.Close()
+	if err := <-w.done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A resumed session's events before the takeover are mapped, not printed:
+// the task the earlier process printed is known when it ends.
+func TestServerReplay(t *testing.T) {
+	s := newFakeSession()
+	s.replayed = 6
+	w := startServer(t, s, "default")
+	w.send(`{"type":"user","message":{"role":"user","content":"go on"}}`)
+	<-s.prompts
+	s.events <- core.Event{Seq: 1, Body: &core.AgentCreated{Agent: core.Agent{ID: "a1", Owner: core.MainAgent, Task: "t1"}}}
+	s.events <- core.Event{Seq: 2, Body: &core.TaskStarted{Task: core.Task{ID: "t1", Kind: core.TaskAgent, Owner: core.MainAgent, Agent: "a1", Background: true}}}
+	s.events <- core.Event{Seq: 3, Body: &core.ToolCallStarted{Agent: core.MainAgent, Call: core.ToolCall{UseID: "toolu_1", Name: "Agent", Child: "a1"}}}
+	s.events <- core.Event{Seq: 4, Body: &core.ApprovalRequested{Approval: core.Approval{ID: "p1", Agent: core.MainAgent, Tool: "Bash"}}}
+	s.events <- core.Event{Seq: 5, Body: &core.ApprovalResolved{Approval: "p1", Allow: true}}
+	s.events <- core.Event{Seq: 6, Body: &core.ApprovalRequested{Approval: core.Approval{ID: "p2", Agent: core.MainAgent, Tool: "Write"}}}
+	// The earlier process's unanswered request is asked again.
+	if r := w.read()["request"].(map[string]any); r["subtype"] != "can_use_tool" || r["tool_name"] != "Write" {
+		t.Fatalf("asked again: %v", r)
+	}
+	s.events <- core.Event{Seq: 7, Body: &core.NotificationWritten{Note: core.Note{Key: core.NoteKey{Task: "t1", Run: 1}, Kind: core.TaskAgent, Status: "completed", Reply: "42"}}}
+	if f := w.read(); f["subtype"] != "task_updated" {
+		t.Fatalf("first frame printed: %v", f)
+	}
+	if f := w.read(); f["subtype"] != "task_notification" || f["tool_use_id"] != "toolu_1" || f["summary"] != "42" {
+		t.Fatalf("notification: %v", f)
+	}
+	w.read() // background_tasks_changed
+	w.in.Close()
+	s.quiet <- 7
+	if err := <-w.done; err != nil {
+		t.Fatal(err)
+	}
+}
