@@ -45,7 +45,8 @@ failures vigil exists to prevent, and says what to do about each:
   stuck-subagent     a subagent or background task still reads running after
                      its process or its completion is gone
 
-With no source flag it reads ~/.claude/projects and T3 Code's state database
+With no source flag it reads ~/.claude/projects ($CLAUDE_CONFIG_DIR/projects
+when that is set) and T3 Code's state database
 ($T3CODE_HOME/userdata/statev2.sqlite, else ~/.t3/userdata/statev2.sqlite),
 those of them that exist. It never writes what it reads: databases are
 opened read-only, and vigil's store is read without taking a lease or
@@ -164,7 +165,11 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 			home = h
 		}
 		var looked []string
-		if dir := filepath.Join(home, ".claude", "projects"); isDir(dir) {
+		dir := filepath.Join(home, ".claude", "projects")
+		if c := e.getenv("CLAUDE_CONFIG_DIR"); c != "" {
+			dir = filepath.Join(c, "projects") // where the CLI writes then
+		}
+		if isDir(dir) {
 			srcs = append(srcs, claudeSrc(dir))
 		} else {
 			looked = append(looked, dir)

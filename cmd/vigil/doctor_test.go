@@ -206,6 +206,16 @@ func TestDoctorDefaults(t *testing.T) {
 	if code != 0 || errs != "" || !strings.HasPrefix(text, "read 2 file(s), 2 session(s): nothing found") {
 		t.Fatalf("both defaults: exit %d: %s%s", code, text, errs)
 	}
+	// With CLAUDE_CONFIG_DIR the CLI writes its projects there, and doctor
+	// reads them there: an empty one leaves only T3's database.
+	vars["CLAUDE_CONFIG_DIR"] = t.TempDir()
+	if err := os.MkdirAll(filepath.Join(vars["CLAUDE_CONFIG_DIR"], "projects"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code, text, errs = runDoctor(t, vars)
+	if code != 0 || errs != "" || !strings.HasPrefix(text, "read 1 file(s), 1 session(s): nothing found") {
+		t.Fatalf("CLAUDE_CONFIG_DIR: exit %d: %s%s", code, text, errs)
+	}
 }
 
 // TestDoctorUsage checks the errors of a wrong command line (exit 2) and
