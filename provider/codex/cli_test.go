@@ -520,7 +520,7 @@ func TestBackgroundCommand(t *testing.T) {
 		case answersTool(q):
 			return say("MAIN: command launched"), true
 		case strings.Contains(last, "run the command"):
-			return call("call_bg_1", "exec_command", `{"cmd":"sleep 1; echo KEY=${FAKE_OPENAI_KEY:-none}; echo BG-DONE; exit 3","yield_time_ms":250}`), true
+			return call("call_bg_1", "exec_command", `{"cmd":"sleep 3; echo KEY=${FAKE_OPENAI_KEY:-none}; echo BG-DONE; exit 3","yield_time_ms":250}`), true
 		}
 		return providertest.Reply{}, false
 	})
@@ -822,7 +822,7 @@ func TestSubagentBackgroundCommand(t *testing.T) {
 		case woken(q) && strings.Contains(last, "SUB: command launched"):
 			return say("MAIN: the sub-agent launched its command"), true
 		case strings.Contains(last, "SUBTASK"):
-			return call("call_subbg_1", "exec_command", `{"cmd":"sleep 1; echo SUB-BG-DONE","yield_time_ms":250}`), true
+			return call("call_subbg_1", "exec_command", `{"cmd":"sleep 3; echo SUB-BG-DONE","yield_time_ms":250}`), true
 		case answersTool(q) && strings.Contains(last, "running with session"):
 			return say("SUB: command launched"), true
 		case answersTool(q):
@@ -867,6 +867,11 @@ func TestSubagentBackgroundCommand(t *testing.T) {
 	}
 }
 
+// The commands of these tests sleep 3 s against a yield of 250 ms: the
+// model round after the yield must begin before the command ends, or Codex's
+// frames cannot tell it from a foreground command (see the package doc).
+// With 1 s, a loaded machine made that race (a CI run).
+
 // A background command that ends while its owner's turn is still in
 // progress (the model round after its yield is stalled, once it began its
 // message, until Codex reports the command's end): Codex shows that turn
@@ -893,7 +898,7 @@ func TestCommandEndsDuringTurn(t *testing.T) {
 			// created, in_progress, output_item.added: then the stall.
 			return providertest.Reply{Blocks: []chat.Block{chat.Text("MAIN: first turn over")}, FaultAfter: 3, Stall: stall}, true
 		case strings.Contains(last, "run the command"):
-			return call("call_early_1", "exec_command", `{"cmd":"sleep 0.8; echo EARLY-DONE","yield_time_ms":250}`), true
+			return call("call_early_1", "exec_command", `{"cmd":"sleep 3; echo EARLY-DONE","yield_time_ms":250}`), true
 		}
 		return providertest.Reply{}, false
 	})
