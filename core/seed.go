@@ -50,4 +50,8 @@ const (
 	// after a compaction leaves out the newest live task, so the model
 	// may forget it or start it again.
 	bugLedgerForgets seedBug = "ledger-forgets"
+	// bugQuiescentOwed (issue 17's stop): quiescence ignores the
+	// notifications a provider process still owes, so a caller that closes
+	// a quiescent session drops them.
+	bugQuiescentOwed seedBug = "quiescent-owed"
 )

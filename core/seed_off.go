@@ -19,6 +19,10 @@ type (
 // seed reports whether the core puts back bug b: never in this build.
 func (st *stepper) seed(seedBug) bool { return false }
 
+// seedQuiescentOwed reports whether the core puts back the quiescent-owed
+// bug: never in this build.
+func (*Core) seedQuiescentOwed() bool { return false }
+
 // The hooks where a seed bug replaces a step; each reports whether it did.
 func (st *stepper) seedEnqueued(*Agent)                                      {}
 func (st *stepper) seedSchedule() bool                                       { return false }

@@ -18,6 +18,7 @@ type Bug string
 var Bugs = []Bug{
 	Bug(bugNotifiedFlag), Bug(bugOneshotDrain), Bug(bugHeldContinuation), Bug(bugProviderForever),
 	Bug(bugConsumedByFailedRun), Bug(bugSenderWaits), Bug(bugBudgetIgnored), Bug(bugLedgerForgets),
+	Bug(bugQuiescentOwed),
 }
 
 // NewSeeded returns a core with the given configuration and seed bug put
@@ -49,6 +50,10 @@ type seedAgent struct{ notified bool }
 
 // seed reports whether the core puts back bug b.
 func (st *stepper) seed(b seedBug) bool { return st.c != nil && st.c.seed.bug == b }
+
+// seedQuiescentOwed reports whether the core puts back the quiescent-owed
+// bug.
+func (c *Core) seedQuiescentOwed() bool { return c.seed.bug == bugQuiescentOwed }
 
 // seedEnqueued records, for the oneshot-drain bug, that a got an item.
 func (st *stepper) seedEnqueued(a *Agent) {

@@ -521,7 +521,7 @@ func (c *checker) providerPromises() {
 // runs are the rule 4 checks above; this is what a provider process owes.
 func (c *checker) quiescence() {
 	s := c.w.state
-	if !s.Quiescent() || s.Session.Closed {
+	if !c.w.core.Quiescent(s) || s.Session.Closed {
 		return
 	}
 	for _, k := range s.NoteOrder {
