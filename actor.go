@@ -741,7 +741,10 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 	for _, e := range events {
 		switch b := e.Body.(type) {
 		case *core.SessionClosed:
-			go a.rt.cleanupSession(a.id)
+			// Counted in the runtime's group (this actor's count keeps
+			// it above zero here): Close returns after the cleanup,
+			// whose warnings go to a log the embedder may close then.
+			a.rt.wg.Go(func() { a.rt.cleanupSession(a.id) })
 		case *core.Dropped:
 			a.rt.log.Warn("dropped", "session", a.id, "what", b.What, "reason", b.Reason, "detail", b.Detail)
 			if o := a.rt.opts.Observer; o != nil {
