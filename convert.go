@@ -62,7 +62,7 @@ func summaryOut(r store.SessionRow) SessionSummary {
 	return SessionSummary{
 		ID: SessionID(r.ID), Title: r.Title, Owner: r.Owner, Provider: r.Provider, Model: r.Model, Cwd: r.Cwd,
 		Closed: r.Closed, Created: r.Created, Updated: r.Updated, LastSeq: r.LastSeq,
-		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, NeedsYou: r.NeedsYou,
 	}
 }
 
@@ -87,6 +87,9 @@ func itemOut(s *core.State, a *core.Agent, it *core.Item, pos int) InboxItem {
 	if it.Note != nil {
 		k := noteKeyOut(*it.Note)
 		v.Note = &k
+		if n := s.Note(*it.Note); n != nil && it.Kind == core.KindNotification {
+			v.Text = core.NoteSummary(n)
+		}
 	}
 	return v
 }
@@ -135,7 +138,7 @@ func agentOut(s *core.State, a *core.Agent) Agent {
 		Depth: a.Depth, Model: a.Model, Provider: a.Provider, Driver: Driver(a.Driver), State: AgentState(a.State),
 		Created: a.Created, LastActive: a.LastActive, Runs: len(a.Runs), Inbox: inboxOut(s, a), Run: runOut(a, a.Run),
 		LiveTasks: ids[TaskID](s.LiveTasks(a.ID)), Usage: a.Usage, Spent: spendOut(a.Spent), Tree: spendOut(a.Tree),
-		Budget: budgetOut(a.Budget), ContextTokens: core.ContextTokens(s, a),
+		Budget: budgetOut(a.Budget), ContextTokens: core.ContextTokens(s, a), Why: whyOut(core.WhyOf(s, a)),
 	}
 	if g := a.Gate; g != nil {
 		v.Gate = &Gate{Gen: g.Gen, Item: ItemID(g.Item), Opened: g.Opened, Deadline: g.Deadline}
@@ -150,6 +153,11 @@ func agentOut(s *core.State, a *core.Agent) Agent {
 		v.Compactions = a.Compacted.Seq
 	}
 	return v
+}
+
+func whyOut(w core.Why) Why {
+	return Why{Kind: w.Kind, Text: w.Text, Since: w.Since, Until: w.Until, ClearsOn: w.ClearsOn, NeedsYou: w.NeedsYou,
+		HoldsUp: ids[ItemID](w.HoldsUp)}
 }
 
 func agentDetailOut(s *core.State, a *core.Agent) *AgentDetail {
@@ -223,7 +231,7 @@ func statusesOut(in []core.InboxStatus) []InboxStatus {
 	out := make([]InboxStatus, len(in))
 	for i, st := range in {
 		out[i] = InboxStatus{Agent: AgentID(st.Agent), Name: st.Name, State: st.State, Items: st.Items, Held: st.Held,
-			Draining: st.Draining, Reason: st.Reason, Until: st.Until, ClearsOn: st.ClearsOn}
+			Draining: st.Draining, Kind: st.Kind, Reason: st.Reason, Until: st.Until, ClearsOn: st.ClearsOn}
 	}
 	return out
 }
@@ -315,7 +323,11 @@ func notesOut(s *core.State) []Notification {
 func statusOut(s *core.State, now time.Time) *Status {
 	v := &Status{Session: SessionID(s.Session.ID), Closed: s.Session.Closed, Hold: holdOut(s.Hold), Quiescent: s.Quiescent(),
 		Inboxes: statusesOut(core.Status(s)), Progress: progressOut(core.RunProgress(s, now, stallAfter)),
-		Budget: budgetOut(s.Session.Budget)}
+		Budget: budgetOut(s.Session.Budget), Agents: make([]AgentWhy, 0, len(s.Order))}
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		v.Agents = append(v.Agents, AgentWhy{Agent: AgentID(a.ID), Name: a.Name, State: AgentState(a.State), Why: whyOut(core.WhyOf(s, a))})
+	}
 	if main := s.Agents[core.MainAgent]; main != nil {
 		v.Spent = spendOut(main.Tree)
 	}

@@ -104,12 +104,21 @@ func (a *actor) startCall(ef core.CallModel) {
 			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: fmt.Sprintf("no provider %q is configured", name), Kind: core.FailInvalid})
 			return
 		}
+		// The text streams to the subscribers as it comes (live events),
+		// on this goroutine, which never waits on them.
+		live := a.liveTextOf(ef)
 		resp, err := provider.Collect(p.Stream(ctx, req), func(ev provider.Event) {
-			if ev.Type == provider.EventRetry && ev.Retry != nil {
-				a.submitEffect(core.ModelRetrying{
-					Agent: ef.Agent, Call: ef.Call, Attempt: ev.Retry.Attempt,
-					Until: a.rt.clock.Now().Add(ev.Retry.Delay), Reason: ev.Retry.Reason,
-				})
+			switch ev.Type {
+			case provider.EventText:
+				live.text(ev.Text)
+			case provider.EventRetry:
+				live.reset() // what streamed of the failed attempt is void
+				if ev.Retry != nil {
+					a.submitEffect(core.ModelRetrying{
+						Agent: ef.Agent, Call: ef.Call, Attempt: ev.Retry.Attempt,
+						Until: a.rt.clock.Now().Add(ev.Retry.Delay), Reason: ev.Retry.Reason,
+					})
+				}
 			}
 		})
 		if ctx.Err() != nil {

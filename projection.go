@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vigilrun/vigil/core"
@@ -15,8 +16,10 @@ import (
 // its log. The log is the truth and is written with every step; the rows
 // that summarise it are folded per key (store.Pending) and written with a
 // step when it is due: the step creates or closes the session, leaves it
-// quiescent, or comes projectionLag after the last rows were written; a
-// timer writes what is pending when no step comes. A session's row says
+// quiescent, changes what a person must act on (core.Attention: an
+// approval asked or answered, a run blocked; lists show it at once), or
+// comes projectionLag after the last rows were written; a timer writes
+// what is pending when no step comes. A session's row says
 // how far its projection goes (SessionRow.LastSeq); a successor, or the
 // same actor after a failed commit, projects the events after it again.
 const projectionLag = time.Second
@@ -31,6 +34,27 @@ type projector struct {
 	// failed): the next commit projects again from the stored row's
 	// LastSeq.
 	stale bool
+	// updated and needs are the session row's Updated and NeedsYou as last
+	// written (or read from the store): a step of no activity keeps that
+	// Updated, and a change of needs is due at once.
+	updated time.Time
+	needs   []string
+}
+
+// take returns the pending rows to write now, the session row's Updated
+// filled in when no event of theirs was the session's activity.
+func (p *projector) take(now time.Time) *store.Projection {
+	rows := p.pending.Take()
+	if r := rows.Session; r != nil {
+		if r.Updated.IsZero() {
+			r.Updated = p.updated
+		}
+		if r.Updated.IsZero() {
+			r.Updated = now // the session's row was never read: as before
+		}
+		p.updated, p.needs = r.Updated, r.NeedsYou
+	}
+	return rows
 }
 
 // projection returns the rows to write with a commit of events, folding
@@ -49,7 +73,7 @@ func (a *actor) projection(ctx context.Context, events []core.Event) *store.Proj
 	}
 	p.pending.Add(store.Project(a.state, events))
 	now := a.rt.clock.Now()
-	due = due || a.state.Quiescent() || now.Sub(p.last) >= projectionLag
+	due = due || a.state.Quiescent() || now.Sub(p.last) >= projectionLag || !slices.Equal(core.Attention(a.state), p.needs)
 	for _, e := range events {
 		switch e.Body.(type) {
 		case *core.SessionCreated, *core.SessionClosed:
@@ -60,7 +84,7 @@ func (a *actor) projection(ctx context.Context, events []core.Event) *store.Proj
 		return nil
 	}
 	p.last = now
-	return p.pending.Take()
+	return p.take(now)
 }
 
 // projected runs after a commit: a timer writes rows still pending once
@@ -89,8 +113,8 @@ func (a *actor) flushProjection() {
 	if a.proj.pending.Empty() || a.moved || a.poisoned != nil {
 		return
 	}
-	p := a.proj.pending.Take()
 	a.proj.last = a.rt.clock.Now()
+	p := a.proj.take(a.proj.last)
 	_, err := a.rt.st.EventAppend(a.ctx, &store.EventAppendParams{Session: string(a.id), Epoch: a.lease.Epoch, Projection: p})
 	if err != nil {
 		// The rows are written with a later step, or projected again from
@@ -110,6 +134,7 @@ func (a *actor) reproject(ctx context.Context) error {
 	switch {
 	case err == nil:
 		from = row.LastSeq
+		a.proj.updated, a.proj.needs = row.Updated, row.NeedsYou
 	case !errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("read the session's row: %w", err)
 	}

@@ -35,27 +35,37 @@ type fanout struct {
 	subs   map[*listener]struct{}
 	closed bool
 	last   int64 // the highest Global published
+	// lastSeq is the highest Seq published: of a session's fanout, its
+	// position.
+	lastSeq int64
 }
 
 // listener is one subscription's queue of live records, bounded in count
-// and in bytes. It holds only what is queued: an idle subscriber costs a
-// few words.
+// and in bytes, and of live events (Event.Live), bounded in bytes apart:
+// live events never cut a listener off, they are dropped. It holds only
+// what is queued: an idle subscriber costs a few words.
 type listener struct {
-	max  int64         // bytes
-	wake chan struct{} // something was queued, or the listener closed (buffered, 1)
+	max     int64         // bytes of records
+	liveMax int64         // bytes of live events
+	wake    chan struct{} // something was queued, or the listener closed (buffered, 1)
 
-	mu     sync.Mutex
-	queue  []store.Record
-	bytes  int64
-	closed bool
-	cut    bool // fell behind and was cut off
+	mu        sync.Mutex
+	queue     []queued
+	recs      int   // records queued
+	bytes     int64 // of the records queued
+	liveBytes int64 // of the live events queued
+	// dropping holds the calls whose live text is being dropped, each
+	// told once (offerLive) until the queue is taken.
+	dropping map[string]bool
+	closed   bool
+	cut      bool // fell behind and was cut off
 }
 
 func newFanout() *fanout { return &fanout{subs: map[*listener]struct{}{}} }
 
 // add registers a listener that queues up to maxBytes of records.
 func (f *fanout) add(maxBytes int64) *listener {
-	l := &listener{max: maxBytes, wake: make(chan struct{}, 1)}
+	l := &listener{max: maxBytes, liveMax: liveBytes(maxBytes), wake: make(chan struct{}, 1)}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -87,6 +97,7 @@ func (f *fanout) publish(recs []store.Record) {
 	defer f.mu.Unlock()
 	for _, r := range recs {
 		f.last = max(f.last, r.Global)
+		f.lastSeq = max(f.lastSeq, r.Seq)
 	}
 	for l := range f.subs {
 		if !l.offer(recs) {
@@ -118,10 +129,13 @@ func (l *listener) offer(recs []store.Record) bool {
 	if l.closed {
 		return true
 	}
-	if len(l.queue) > 0 && (len(l.queue)+len(recs) > listenerQueue || l.bytes+n > l.max) {
+	if l.recs > 0 && (l.recs+len(recs) > listenerQueue || l.bytes+n > l.max) {
 		return false
 	}
-	l.queue = append(l.queue, recs...)
+	for _, r := range recs {
+		l.queue = append(l.queue, queued{rec: r})
+	}
+	l.recs += len(recs)
 	l.bytes += n
 	l.signal()
 	return true
@@ -147,10 +161,11 @@ func (l *listener) signal() {
 
 // take returns what is queued, or with nothing queued whether the
 // listener is closed, and cut.
-func (l *listener) take() (batch []store.Record, closed, cut bool) {
+func (l *listener) take() (batch []queued, closed, cut bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	batch, l.queue, l.bytes = l.queue, nil, 0
+	batch, l.queue, l.recs, l.bytes, l.liveBytes = l.queue, nil, 0, 0, 0
+	clear(l.dropping)
 	if len(batch) == 0 {
 		return nil, l.closed, l.cut
 	}
@@ -399,6 +414,43 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(
 				return false
 			}
 		}
+		// stale holds the calls whose live events came too late and were
+		// skipped: the next live event of such a call is preceded by a
+		// marker (TextDelta.Dropped).
+		var stale map[string]bool
+		sendLive := func(q queued) bool {
+			at := q.global
+			if contiguous {
+				at = q.seq
+			}
+			k := q.key()
+			if last > at {
+				// An event committed after this one was sent already.
+				if len(stale) >= maxStale {
+					clear(stale)
+				}
+				if stale == nil {
+					stale = map[string]bool{}
+				}
+				stale[k] = true
+				return true
+			}
+			if stale[k] && !q.delta.Dropped && !q.delta.Reset {
+				delete(stale, k)
+				m := q.marker()
+				select {
+				case out <- *m.live:
+				case <-ctx.Done():
+					return false
+				}
+			}
+			select {
+			case out <- *q.live:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
 		behind := func() {
 			s.err = fmt.Errorf("%w: more than %d events or %d bytes of events were waiting for it (it resumes after %d)", errBehind, listenerQueue, buffer, last)
 		}
@@ -454,8 +506,15 @@ func (r *Runtime) stream(ctx context.Context, f *fanout, l *listener, read func(
 					}
 					continue
 				}
-				for i, rec := range batch {
-					batch[i] = store.Record{} // the subscriber holds it now
+				for i, q := range batch {
+					batch[i] = queued{} // the subscriber holds it now
+					if q.live != nil {
+						if !sendLive(q) {
+							return
+						}
+						continue
+					}
+					rec := q.rec
 					at := pos(rec)
 					if at <= last {
 						continue

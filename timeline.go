@@ -198,7 +198,17 @@ func (t *Timeline) describe(body core.Body) string {
 	case *core.Dropped:
 		return fmt.Sprintf("DROPPED %s: %s", b.What, b.Reason)
 	case *core.Recovered:
-		return fmt.Sprintf("recovered after a restart (incarnation %d)", b.Incarnation)
+		// Readers' events leave the incarnation out (eventData): the
+		// line does not show it.
+		switch b.Cause {
+		case core.TakeoverHandover:
+			return "resumed after a clean stop: handed over by " + b.Previous
+		case core.TakeoverOwnerDied:
+			return "taken over after a crash: its owner " + b.Previous + " died"
+		case core.TakeoverLeaseExpired:
+			return "taken over: its owner " + b.Previous + " stopped renewing its lease"
+		}
+		return "recovered after a restart"
 	case *core.ItemsReturned:
 		return fmt.Sprintf("run %d gave %d unseen item(s) back to the inbox", b.Seq, len(b.Items))
 	case *core.RetryScheduled:

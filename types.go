@@ -138,6 +138,12 @@ type SessionSummary struct {
 	LastSeq      int64     `json:"last_seq"`
 	InputTokens  int64     `json:"input_tokens"`
 	OutputTokens int64     `json:"output_tokens"`
+	// NeedsYou are short reasons a person must act on the session, most
+	// pressing first ("approval p1: Bash (main)", "run failed: worker",
+	// "budget spent: main"); none when nobody needs to. They are stored
+	// with the session's row, so a list read on any node shows them, at
+	// most a projection's lag behind the session.
+	NeedsYou []string `json:"needs_you,omitempty"`
 }
 
 // Hold is a hold of the session's user queue.
@@ -225,10 +231,57 @@ type Agent struct {
 	// Compactions counts its context compactions.
 	ContextTokens int64 `json:"context_tokens"`
 	Compactions   int   `json:"compactions,omitempty"`
+	// Why says what it is doing or waiting on, blockers first.
+	Why Why `json:"why"`
 	// RunHistory is its ended runs, oldest first: always in AgentGet, in
 	// SessionGet when SessionGetParams.Runs asks.
 	RunHistory []Run `json:"run_history,omitempty"`
 }
+
+// Why says what an agent is doing or waiting on, blockers first: a
+// pending approval, a spent budget, a block after failed runs, a backoff,
+// a held user queue, then its run's model call or tools, its live tasks,
+// or idle. Status, the UI, the CLI and MCP all show this one answer.
+type Why struct {
+	// Kind is one of the Why kinds (WhyApproval, WhyModel, …).
+	Kind string `json:"kind"`
+	// Text is the one line a person reads: "model call in flight",
+	// "waiting for approval p2 (Bash: rm -rf build), denied at 15:04:05
+	// if unanswered", "idle". Its times are UTC.
+	Text string `json:"text"`
+	// Since is when the state began; Until is its deadline, when it has
+	// one (a retry, an approval's deadline).
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
+	// ClearsOn says what ends the state.
+	ClearsOn string `json:"clears_on,omitempty"`
+	// NeedsYou is set when only a person can end it: an approval, a
+	// spent budget, a block after failed runs.
+	NeedsYou bool `json:"needs_you,omitempty"`
+	// HoldsUp lists the queued items that wait on it, in inbox order.
+	HoldsUp []ItemID `json:"holds_up,omitempty"`
+}
+
+// The kinds of a Why, blockers first.
+const (
+	WhyClosed   = core.WhyClosed   // the agent or its session is closed
+	WhyApproval = core.WhyApproval // a permission request waits for a person
+	WhyBudget   = core.WhyBudget   // a budget is spent: a person must raise it
+	WhyBlocked  = core.WhyBlocked  // failed runs: a person must retry or write
+	WhyBackoff  = core.WhyBackoff  // backing off before a retry (agent or model call)
+	WhyHeld     = core.WhyHeld     // only user prompts queued, and they are held
+	WhyCaller   = core.WhyCaller   // an outside caller reads its inbox
+	WhyProvider = core.WhyProvider // a provider process runs its turn
+	WhySlot     = core.WhySlot     // its model call waits for a free slot
+	WhyModel    = core.WhyModel    // a model call is in flight
+	WhySubagent = core.WhySubagent // a foreground subagent's run
+	WhyTask     = core.WhyTask     // a blocking read of a task's output
+	WhyTool     = core.WhyTool     // tool calls run
+	WhyTasks    = core.WhyTasks    // no run: its background tasks are live
+	WhyTimer    = core.WhyTimer    // no run: a wakeup it scheduled is pending
+	WhyReady    = core.WhyReady    // no run, no blocker, items it may take
+	WhyIdle     = core.WhyIdle     // nothing to do
+)
 
 // AgentDetail is an agent with its run history and transcript.
 type AgentDetail struct {
@@ -357,13 +410,16 @@ func (k *NotificationKey) UnmarshalText(b []byte) error {
 // InboxItem is a queued item with its agent, position and whether a user
 // hold keeps it.
 type InboxItem struct {
-	ID       ItemID    `json:"id"`
-	Agent    AgentID   `json:"agent"`
-	Kind     ItemKind  `json:"kind"`
-	Priority Priority  `json:"priority"`
-	From     string    `json:"from,omitempty"` // "user", "system" or an agent id
-	Text     string    `json:"text,omitempty"`
-	Msg      MessageID `json:"msg,omitempty"`
+	ID       ItemID   `json:"id"`
+	Agent    AgentID  `json:"agent"`
+	Kind     ItemKind `json:"kind"`
+	Priority Priority `json:"priority"`
+	From     string   `json:"from,omitempty"` // "user", "system" or an agent id
+	// Text is what the item says: a prompt's or a message's text, a
+	// timer's prompt; for a notification, its summary in one line
+	// ("worker run 2 completed: the tests pass").
+	Text string    `json:"text,omitempty"`
+	Msg  MessageID `json:"msg,omitempty"`
 	// Note is the notification of a notification item.
 	Note     *NotificationKey `json:"note,omitempty"`
 	Timer    string           `json:"timer,omitempty"`
@@ -470,7 +526,8 @@ type Notification struct {
 	Dropped      string    `json:"dropped,omitempty"`
 }
 
-// InboxStatus is a non-empty inbox and why it is or is not draining.
+// InboxStatus is a non-empty inbox and why it is or is not draining:
+// Reason, Until and ClearsOn are its agent's Why, whose kind is Kind.
 type InboxStatus struct {
 	Agent    AgentID   `json:"agent"`
 	Name     string    `json:"name"`
@@ -478,12 +535,22 @@ type InboxStatus struct {
 	Items    int       `json:"items"`
 	Held     int       `json:"held"`
 	Draining bool      `json:"draining"`
+	Kind     string    `json:"kind"`
 	Reason   string    `json:"reason"`
 	Until    time.Time `json:"until,omitzero"`
 	ClearsOn string    `json:"clears_on,omitempty"`
 }
 
-// Progress is what a run in progress waits on and since when.
+// AgentWhy is an agent's Why as Status lists it.
+type AgentWhy struct {
+	Agent AgentID    `json:"agent"`
+	Name  string     `json:"name"`
+	State AgentState `json:"state"`
+	Why   Why        `json:"why"`
+}
+
+// Progress is what a run in progress waits on (its agent's Why, in a few
+// words: "model call c12", "approval p2") and since its last progress.
 type Progress struct {
 	Agent   AgentID   `json:"agent"`
 	Name    string    `json:"name"`
@@ -494,16 +561,19 @@ type Progress struct {
 }
 
 // Status is a session's non-empty inboxes, why each is not draining, what
-// each run waits on, and its budget.
+// each agent is doing or waiting on, what each run waits on, and its
+// budget.
 type Status struct {
 	Session   SessionID     `json:"session"`
 	Closed    bool          `json:"closed"`
 	Hold      *Hold         `json:"hold,omitempty"`
 	Quiescent bool          `json:"quiescent"`
 	Inboxes   []InboxStatus `json:"inboxes"`
-	Progress  []Progress    `json:"progress"`
-	Budget    Budget        `json:"budget"`
-	Spent     Spend         `json:"spent"`
+	// Agents is every agent's Why, in the session's order.
+	Agents   []AgentWhy `json:"agents"`
+	Progress []Progress `json:"progress"`
+	Budget   Budget     `json:"budget"`
+	Spent    Spend      `json:"spent"`
 }
 
 // TaskOutput is a chunk of a shell task's output file.
@@ -516,10 +586,18 @@ type TaskOutput struct {
 	Data []byte `json:"data"`
 }
 
-// Event is one committed event of a session: its place in the session's
-// stream (Seq) and in the store's (Global), when it was committed, its
-// type ("run.started", "notification.written", …) and its body as JSON,
-// in the documented event format.
+// Event is one event of a session: its place in the session's stream
+// (Seq) and in the store's (Global), when it was committed, its type
+// ("run.started", "notification.written", …) and its body as JSON, in the
+// documented event format.
+//
+// A live event (Live) is not committed: it is what a model says while its
+// round is in flight, type "text.delta" with data TextDelta. It has Seq 0
+// and Global 0, is never stored or replayed, and reaches only the
+// subscriptions open when it happens (a subscriber that falls behind
+// loses some, and is told: TextDelta.Dropped). The committed
+// "model.ended" event of the call, or any committed event that ends the
+// agent's run, replaces the call's live text.
 type Event struct {
 	Session SessionID `json:"session"`
 	Seq     int64     `json:"seq"`
@@ -530,6 +608,9 @@ type Event struct {
 	// gets the same bytes): read it, and copy it before changing a byte.
 	// Appending to it is safe.
 	Data json.RawMessage `json:"data"`
+	// Live marks a live event: not committed, with no place in the
+	// stream.
+	Live bool `json:"live,omitempty"`
 }
 
 // String lists the budget's bounds: "1000 tokens, 5 rounds, 10m0s run

@@ -412,7 +412,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	if err != nil {
 		return nil, err
 	}
-	r.logTakeover(id, lease, p.Steal)
+	previous, cause := r.logTakeover(id, lease, p.Steal)
 	s, err := loadState(ctx, r.st, string(id))
 	if err != nil {
 		r.giveUpIfClosing(lease, err)
@@ -421,7 +421,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 	a := r.newActor(id, s, lease)
 	a.killStale()
 	a.trace.resume(s) // before the recovery step changes s
-	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1})
+	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1, Previous: previous, Cause: cause})
 	if _, err := a.commit(ctx, out.Events); err != nil {
 		a.cancel()
 		r.giveUpIfClosing(lease, err)
@@ -434,23 +434,30 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 }
 
 // logTakeover says whose session a takeover took and why it could: its
-// owner stopped cleanly and released the lease (an ordinary resume, at
-// info), or died (a process of this host that is gone: the lease was
-// stolen from it, or had expired), or stopped renewing it (another host's
-// lease ran out: a crash, a partition or a long pause), at warn. This
-// node's own lease that lapsed (a store outage) or a session's first lease
-// says nothing more than "session recovered".
-func (r *Runtime) logTakeover(id core.SessionID, l *store.Lease, stolen string) {
+// owner stopped cleanly and released the lease (a handover, an ordinary
+// resume, at info), or died (a process of this host that is gone: the
+// lease was stolen from it, or had expired), or stopped renewing it
+// (another host's lease ran out: a crash, a partition or a long pause), at
+// warn. This node's own lease that lapsed (a store outage) or a session's
+// first lease says nothing more than "session recovered". It returns the
+// previous owner and the cause (core.TakeoverHandover, ...) for the
+// recovery's event to record; "" and "" when there is nothing to say.
+func (r *Runtime) logTakeover(id core.SessionID, l *store.Lease, stolen string) (previous, cause string) {
 	switch {
 	case stolen != "":
 		r.log.Warn("taking over a session whose owner died", "session", id, "owner", stolen)
+		return stolen, core.TakeoverOwnerDied
 	case l.Released:
 		r.log.Info("resuming a session stopped cleanly", "session", id, "previous_owner", l.Previous)
+		return l.Previous, core.TakeoverHandover
 	case l.Previous == "" || l.Previous == r.opts.Node:
+		return "", ""
 	case nodeGone(l.Previous):
 		r.log.Warn("taking over a session whose owner died", "session", id, "owner", l.Previous, "lease", "expired")
+		return l.Previous, core.TakeoverOwnerDied
 	default:
 		r.log.Warn("taking over a session whose owner stopped renewing its lease", "session", id, "owner", l.Previous)
+		return l.Previous, core.TakeoverLeaseExpired
 	}
 }
 

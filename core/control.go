@@ -323,7 +323,7 @@ func (st *stepper) tick() {
 // tool executions are re-issued where that is safe and reported
 // interrupted where it is not.
 func (st *stepper) recover(in Recover) {
-	st.emit(&Recovered{Incarnation: in.Incarnation})
+	st.emit(&Recovered{Incarnation: in.Incarnation, Previous: in.Previous, Cause: in.Cause})
 	for _, id := range st.s.TaskOrder {
 		t := st.s.Tasks[id]
 		if t.Kind != TaskShell || !t.Status.Live() || t.External != "" {

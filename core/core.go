@@ -207,6 +207,7 @@ func (c *Core) Step(s *State, now time.Time, in Input) Output {
 const stepEvents = 8
 
 func (st *stepper) emit(b Body) {
+	Stamp(b, st.now) // the body's own times are the event's (stamp.go)
 	e := Event{Seq: st.s.Seq + 1, At: st.now, Body: b}
 	Apply(st.s, e)
 	if st.out.Events == nil {

@@ -812,10 +812,27 @@ func (e *Dropped) apply(s *State, _ time.Time) {
 }
 
 // Recovered marks a restart: a new runtime incarnation took the session
-// over from one that is gone.
+// over from one that is gone. Previous and Cause say from whom and how it
+// let the session go, when the runtime knows (Recover).
 type Recovered struct {
-	Incarnation int64 `json:"incarnation"`
+	Incarnation int64  `json:"incarnation"`
+	Previous    string `json:"previous,omitempty"`
+	Cause       string `json:"cause,omitempty"`
 }
+
+// Causes of a takeover (Recover.Cause): how the previous owner let the
+// session go.
+const (
+	// TakeoverHandover: the owner stopped cleanly and released the
+	// session's lease.
+	TakeoverHandover = "handover"
+	// TakeoverOwnerDied: the owner, a process of this host, is gone
+	// without releasing the lease.
+	TakeoverOwnerDied = "owner-died"
+	// TakeoverLeaseExpired: the owner, on another host, stopped renewing
+	// its lease (a crash, a partition or a long pause).
+	TakeoverLeaseExpired = "lease-expired"
+)
 
 // Type implements Body: the name of the event.
 func (*Recovered) Type() string                  { return "recovered" }

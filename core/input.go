@@ -165,6 +165,12 @@ type ProviderWake struct {
 // incarnation is gone with its processes and in-flight effects.
 type Recover struct {
 	Incarnation int64
+	// Previous is the owner the session was taken from and Cause how it
+	// let the session go (TakeoverHandover, ...); both "" when the
+	// runtime does not know (its own lapsed lease, a session's first
+	// lease). Recovered records them.
+	Previous string
+	Cause    string
 }
 
 func (CreateSession) inputName() string    { return "create-session" }

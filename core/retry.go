@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -386,29 +385,6 @@ func (st *stepper) retryAgent(in RetryAgent) {
 		}
 		st.release(a, by)
 	}
-}
-
-// unseenWords describes the items an agent's model has not seen: "2
-// notifications and 1 message".
-func unseenWords(items []*Item) string {
-	counts := map[ItemKind]int{}
-	var order []ItemKind
-	for _, it := range items {
-		if counts[it.Kind] == 0 {
-			order = append(order, it.Kind)
-		}
-		counts[it.Kind]++
-	}
-	var parts []string
-	for _, k := range order {
-		n := counts[k]
-		w := string(k)
-		if n != 1 {
-			w += "s"
-		}
-		parts = append(parts, fmt.Sprintf("%d %s", n, w))
-	}
-	return strings.Join(parts, " and ")
 }
 
 // RetryDue ends an agent's backoff at its deadline: the scheduler runs it

@@ -54,4 +54,9 @@ const (
 	// notifications a provider process still owes, so a caller that closes
 	// a quiescent session drops them.
 	bugQuiescentOwed seedBug = "quiescent-owed"
+	// bugWhyOverlap ("status is wrong when states overlap"): what a run
+	// does hides a pending approval of its agent, so an agent that waits
+	// for a person reads as running a tool, and nobody is told it needs
+	// them.
+	bugWhyOverlap seedBug = "why-overlap"
 )

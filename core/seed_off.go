@@ -23,6 +23,10 @@ func (st *stepper) seed(seedBug) bool { return false }
 // bug: never in this build.
 func (*Core) seedQuiescentOwed() bool { return false }
 
+// seedWhyOverlap reports whether the core puts back the why-overlap bug:
+// never in this build.
+func (*Core) seedWhyOverlap() bool { return false }
+
 // The hooks where a seed bug replaces a step; each reports whether it did.
 func (st *stepper) seedEnqueued(*Agent)                                      {}
 func (st *stepper) seedSchedule() bool                                       { return false }

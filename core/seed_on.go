@@ -18,7 +18,7 @@ type Bug string
 var Bugs = []Bug{
 	Bug(bugNotifiedFlag), Bug(bugOneshotDrain), Bug(bugHeldContinuation), Bug(bugProviderForever),
 	Bug(bugConsumedByFailedRun), Bug(bugSenderWaits), Bug(bugBudgetIgnored), Bug(bugLedgerForgets),
-	Bug(bugQuiescentOwed),
+	Bug(bugQuiescentOwed), Bug(bugWhyOverlap),
 }
 
 // NewSeeded returns a core with the given configuration and seed bug put
@@ -54,6 +54,9 @@ func (st *stepper) seed(b seedBug) bool { return st.c != nil && st.c.seed.bug ==
 // seedQuiescentOwed reports whether the core puts back the quiescent-owed
 // bug.
 func (c *Core) seedQuiescentOwed() bool { return c.seed.bug == bugQuiescentOwed }
+
+// seedWhyOverlap reports whether the core puts back the why-overlap bug.
+func (c *Core) seedWhyOverlap() bool { return c.seed.bug == bugWhyOverlap }
 
 // seedEnqueued records, for the oneshot-drain bug, that a got an item.
 func (st *stepper) seedEnqueued(a *Agent) {

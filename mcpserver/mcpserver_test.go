@@ -454,6 +454,17 @@ func TestTools(t *testing.T) {
 	if err := c.Call(ctx, mcpserver.ToolStatus, map[string]any{"task": sp.Task}, &st); err != nil || st.Pending != 1 || len(st.Notifications) != 1 || st.Notifications[0].Acknowledged || st.State != "idle" {
 		t.Fatalf("status: %v %+v", err, st)
 	}
+	// What each agent does: the caller's inbox waits for the caller, slow
+	// is idle; the queued notification reads as its summary.
+	if len(st.Agents) != 2 || st.Agents[0].Agent != "you" || st.Agents[0].Kind != "caller" ||
+		st.Agents[0].Text != "waiting for the outside caller to read 1 notification (t1#1)" ||
+		len(st.Agents[0].HoldsUp) != 1 || !strings.HasPrefix(st.Agents[0].HoldsUp[0], sp.Session+"/i") ||
+		st.Agents[1].Agent != "slow" || st.Agents[1].Task != sp.Task || st.Agents[1].Kind != "idle" || st.Agents[1].Text != "idle" || st.Agents[1].NeedsYou {
+		t.Errorf("status's agents: %+v", st.Agents)
+	}
+	if len(st.Queue) != 1 || st.Queue[0].Text != "notification "+n.ID+": slow run 1 completed: slow: done with the job" {
+		t.Errorf("status's queue: %+v", st.Queue)
+	}
 	if err := c.Call(ctx, mcpserver.ToolAck, map[string]any{"ids": []string{n.ID, "bogus"}}, nil); !mcptest.IsToolError(err, "bad notification id") {
 		t.Errorf("ack with a bad id: %v", err)
 	}

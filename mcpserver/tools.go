@@ -101,6 +101,7 @@ type TaskStatusOutput struct {
 	Notifications []NoteInfo    `json:"notifications" jsonschema:"the task's notifications, one per run, acknowledged or not"`
 	Queue         []QueueItem   `json:"queue,omitempty" jsonschema:"items queued in the session's inboxes"`
 	Why           []QueueStatus `json:"why,omitempty" jsonschema:"why each non-empty inbox is not draining"`
+	Agents        []AgentWhy    `json:"agents" jsonschema:"what each agent of the session is doing or waiting on, blockers first"`
 	// Spent is what the agent's tree used (tokens by kind, rounds, run
 	// time, cost in micro-USD); Budget what the session allows.
 	Spent  vigil.Spend  `json:"spent" jsonschema:"what the agent and its subagents used: usage by token kind, rounds, run time (ns), cost_micros (micro-USD, priced models only)"`
@@ -285,7 +286,7 @@ func (s *Server) addTools(ms *mcp.Server, conn func(*mcp.CallToolRequest) string
 	}, s.ackTool)
 	addTool(s, ms, conn, &mcp.Tool{
 		Name:        ToolStatus,
-		Description: "Show one of your vigil tasks: its state, its runs with their replies, its notifications (acknowledged or not), its queue and why a queue is not draining.",
+		Description: "Show one of your vigil tasks: its state, its runs with their replies, its notifications (acknowledged or not), its queue, why a queue is not draining, and what each agent of its session is doing or waiting on (a permission request that needs you first).",
 		InputSchema: schemaFor[TaskInput](nil),
 		Annotations: readOnly,
 	}, s.taskStatus)
@@ -649,7 +650,7 @@ func (s *Server) taskStatus(ctx context.Context, owner string, in TaskInput) (Ta
 		return TaskStatusOutput{}, notFoundTask(in.Task)
 	}
 	out := TaskStatusOutput{TaskInfo: v.taskView(t), Session: string(ref.session), Runs: []RunInfo{}, Notifications: v.notesOf(t.ID),
-		Queue: v.queueOf(), Why: v.queueStatus(), Budget: v.Session.Budget}
+		Queue: v.queueOf(), Why: v.queueStatus(), Agents: v.whys(), Budget: v.Session.Budget}
 	if a := v.agents[t.Agent]; a != nil && t.Kind == vigil.TaskAgent {
 		out.Runs = v.runsOf(a)
 		out.Spent = a.Tree

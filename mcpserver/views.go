@@ -88,6 +88,19 @@ type QueueItem struct {
 	Enqueued    string `json:"enqueued"`
 }
 
+// AgentWhy says what an agent is doing or waiting on, blockers first.
+type AgentWhy struct {
+	Task     string   `json:"task,omitempty" jsonschema:"the agent's task, <session>/<task>; empty for you"`
+	Agent    string   `json:"agent" jsonschema:"the agent's name, or 'you'"`
+	State    string   `json:"state" jsonschema:"idle, running, waiting (for a permission answer) or closed"`
+	Kind     string   `json:"kind" jsonschema:"approval, budget, blocked, backoff, held, caller, provider, slot, model, subagent, task, tool, tasks, timer, ready, idle or closed"`
+	Text     string   `json:"text" jsonschema:"what it is doing or waiting on, in one line (times UTC)"`
+	NeedsYou bool     `json:"needs_you,omitempty" jsonschema:"only a person can move it on: answer its permission request (vigil_approve), raise its budget, or retry it"`
+	HoldsUp  []string `json:"holds_up,omitempty" jsonschema:"the queued items that wait on it, <session>/<item>"`
+	Since    string   `json:"since,omitempty"`
+	Until    string   `json:"until,omitempty" jsonschema:"its deadline, if it has one (a retry, an approval's deadline)"`
+}
+
 // QueueStatus says why a non-empty inbox is not draining.
 type QueueStatus struct {
 	Task     string `json:"task,omitempty"`
@@ -235,7 +248,7 @@ func (v *view) taskView(t *vigil.Task) TaskInfo {
 		tv.Detail = runDetail(a)
 	case len(a.Inbox) > 0:
 		tv.State = "queued"
-		tv.Detail = fmt.Sprintf("%d item(s) wait for its next run", len(a.Inbox))
+		tv.Detail = a.Why.Text
 	case v.busy(a):
 		tv.State = "waiting"
 		tv.Detail = "its run ended; tasks of its own are still running, and it wakes (and notifies you again) when they finish"
@@ -246,33 +259,35 @@ func (v *view) taskView(t *vigil.Task) TaskInfo {
 	return tv
 }
 
-// runDetail says what an agent's run in progress is doing.
+// runDetail says what an agent's run in progress is doing: its Why.
 func runDetail(a *vigil.Agent) string {
 	r := a.Run
-	d := fmt.Sprintf("run %d (started by %s), round %d", r.Seq, r.Kind, r.Round)
-	switch {
-	case r.Call != nil:
-		d += fmt.Sprintf(", model call %s", r.Call.State)
-		if r.Call.RetryReason != "" {
-			d += " (" + r.Call.RetryReason + ")"
-		}
-	case a.State == vigil.AgentWaiting:
-		d += ", waiting for a permission answer"
-	default:
-		var names []string
-		for _, tc := range r.Tools {
-			if !tc.Done {
-				names = append(names, tc.Name)
-			}
-		}
-		if len(names) > 0 {
-			d += ", running tools: " + strings.Join(names, ", ")
-		}
+	return fmt.Sprintf("run %d (started by %s), round %d: %s", r.Seq, r.Kind, r.Round, a.Why.Text)
+}
+
+// whyOf is an agent's Why as the caller reads it: the items it holds up
+// are named in the caller's ids.
+func (v *view) whyOf(a *vigil.Agent) AgentWhy {
+	w := AgentWhy{Agent: a.Name, State: string(a.State), Kind: a.Why.Kind, Text: a.Why.Text, NeedsYou: a.Why.NeedsYou,
+		Since: stamp(a.Why.Since), Until: stamp(a.Why.Until)}
+	if a.ID == vigil.MainAgent {
+		w.Agent = "you"
+	} else if a.Task != "" {
+		w.Task = globalID(v.id, string(a.Task))
 	}
-	if len(a.Inbox) > 0 {
-		d += fmt.Sprintf("; %d item(s) queued", len(a.Inbox))
+	for _, id := range a.Why.HoldsUp {
+		w.HoldsUp = append(w.HoldsUp, globalID(v.id, string(id)))
 	}
-	return d
+	return w
+}
+
+// whys lists what every agent of the session is doing or waiting on.
+func (v *view) whys() []AgentWhy {
+	out := make([]AgentWhy, 0, len(v.Agents))
+	for i := range v.Agents {
+		out = append(out, v.whyOf(&v.Agents[i]))
+	}
+	return out
 }
 
 // runsOf lists an agent's runs, the one in progress last; it needs a view
@@ -322,7 +337,8 @@ func (v *view) queueOf() []QueueItem {
 				}
 			}
 			if it.Note != nil {
-				q.Text = "notification " + globalID(v.id, it.Note.String())
+				// The item's text is the notification's summary.
+				q.Text = "notification " + globalID(v.id, it.Note.String()) + ": " + text.Cut(it.Text, 200)
 			}
 			out = append(out, q)
 		}

@@ -428,8 +428,10 @@ func (w *watcher) watch(session vigil.SessionID, seq int64) error {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		for range sub.C {
-			w.mark(session)
+		for ev := range sub.C {
+			if !ev.Live { // streamed model text changes nothing a wait reads
+				w.mark(session)
+			}
 		}
 		// The stream ended: the session stopped here (closed, moved or the
 		// runtime closing). Look once more; a later watch subscribes again.

@@ -146,9 +146,20 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.Open = b
 	}
+	needsYou := false
+	if v := r.URL.Query().Get("needs_you"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return badRequest("needs_you=%q: want 1 or 0", v)
+		}
+		needsYou = b
+	}
 	rows, err := s.rt.SessionList(r.Context(), p)
 	if err != nil {
 		return err
+	}
+	if needsYou {
+		rows = slices.DeleteFunc(rows, func(r vigil.SessionSummary) bool { return len(r.NeedsYou) == 0 })
 	}
 	writeJSON(w, http.StatusOK, SessionList{Sessions: nonNil(rows)})
 	return nil

@@ -106,8 +106,16 @@ func (c *frameCache) close() {
 }
 
 // write appends e's frame for a stream (frame.appendTo), rendering it
-// unless a client of either stream already did.
+// unless a client of either stream already did; a live event's frame has
+// no id: line.
 func (c *frameCache) write(buf *bytes.Buffer, e vigil.Event, bySeq bool) {
+	if e.Live {
+		// No id, and not kept: a live event is sent once per client, as
+		// it happens.
+		c.renders.Add(1)
+		buf.Write(appendBody(buf.AvailableBuffer(), e, c.data(e)))
+		return
+	}
 	i := uint64(e.Global) % frameSlots
 	sl := &c.slots[i]
 	if f := sl.f.Load(); f.of(e) {
@@ -209,6 +217,9 @@ func appendBody(b []byte, e vigil.Event, data []byte) []byte {
 	b = e.At.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","type":`...)
 	b = appendJSONString(b, e.Type)
+	if e.Live {
+		b = append(b, `,"live":true`...)
+	}
 	b = append(b, `,"data":`...)
 	b = append(b, data...)
 	return append(b, "}\n\n"...)

@@ -273,6 +273,9 @@ func (h *harness) wait(session string, what string, pred func(core.Event) bool) 
 	}
 	defer sub.Close()
 	for rec := range sub.C {
+		if rec.Live {
+			continue // streamed model text: no event of the session's
+		}
 		e, err := decodeEvent(rec)
 		if err != nil {
 			h.t.Fatal(err)

@@ -85,7 +85,9 @@ type CutEvent struct {
 // Options.StreamWriteTimeout; an idle stream gets a comment heartbeat.
 // With bySeq an event's id is its Seq (a session's stream), else its
 // Global. Each event's frame is rendered once, for every client of either
-// stream (frameCache).
+// stream (frameCache). A live event (vigil.Event.Live, "text.delta") is a
+// frame with no id: line, so that a client's Last-Event-ID stays that of
+// the last committed event.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subscription, bySeq bool) {
 	s.streams.Add(1)
 	defer s.streams.Done()
@@ -103,8 +105,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *vigil.Subsc
 	s.metrics.sseClients.Inc()
 	defer s.metrics.sseClients.Dec()
 	last := sub.Start
+	// id is where the stream stands after e: a live event (no id: line)
+	// leaves it where it was.
 	id := func(e vigil.Event) int64 {
-		if bySeq {
+		switch {
+		case e.Live:
+			return last
+		case bySeq:
 			return e.Seq
 		}
 		return e.Global

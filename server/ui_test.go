@@ -221,7 +221,7 @@ func TestUI(t *testing.T) {
 	b.waitText(`#conn[data-state="live"]`, "live")
 	b.waitText("#hold-banner", "User queue held")
 	b.waitText("#hold-banner", "paused by the browser test")
-	b.waitText(`.inbox[data-agent="main"] .why.blocked`, "user prompts held by user")
+	b.waitText(`.inbox[data-agent="main"] .why.blocked`, "held by user")
 	b.waitText(`.inbox[data-agent="main"] li.item[data-kind="prompt"]`, "Ship it after the pause")
 	if proxy.streams() <= connects {
 		t.Fatalf("the page did not reconnect: %d stream requests before the drop, %d after", connects, proxy.streams())
@@ -262,6 +262,7 @@ func TestUI(t *testing.T) {
 	b.click(fmt.Sprintf(`a.session-row[data-session=%q]`, b.sessionID()))
 	b.waitText("#session-head", "Build the release")
 	b.eval(`(window.confirm = () => true, "")`)
+	b.click(`details.menu[data-menu="session"] > summary`)
 	b.click("#close-session")
 	b.waitText("#closed-banner", "Session closed")
 	b.waitText("#session-head", "closed")
@@ -296,13 +297,14 @@ func findChromium(t *testing.T) string {
 	return ""
 }
 
-// artifactsDir is where screenshots go: $VIGIL_ARTIFACTS, else
-// server/testdata/out (ignored by git).
+// artifactsDir is where screenshots go: $VIGIL_ARTIFACTS, else .ci/out
+// at the module's root, which CI keeps as artifacts (its .gitignore keeps
+// the images out of git).
 func artifactsDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("VIGIL_ARTIFACTS")
 	if dir == "" {
-		dir = filepath.Join("testdata", "out")
+		dir = filepath.Join("..", ".ci", "out")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -322,6 +324,7 @@ type browser struct {
 	root    context.Context // the browser's context, without the test's deadline
 	out     string
 	session string
+	console *consoleLog // what the page logged, when watched
 }
 
 func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {

@@ -21,7 +21,8 @@ type Projection struct {
 	Notes []NoteRow
 }
 
-// SessionRow is a session's summary.
+// SessionRow is a session's summary. Updated is when the session was last
+// active: the time of its last event, a restart's "recovered" aside.
 type SessionRow struct {
 	ID           string    `json:"id"`
 	Title        string    `json:"title,omitempty"`
@@ -35,6 +36,9 @@ type SessionRow struct {
 	LastSeq      int64     `json:"last_seq"`
 	InputTokens  int64     `json:"input_tokens"`
 	OutputTokens int64     `json:"output_tokens"`
+	// NeedsYou are the reasons a person must act on the session
+	// (core.Attention), as of LastSeq; none when nobody needs to.
+	NeedsYou []string `json:"needs_you,omitempty"`
 }
 
 // AgentRow is an agent's summary.
@@ -114,7 +118,9 @@ type NoteRow struct {
 func (n NoteRow) Key() string { return core.NoteKey{Task: core.TaskID(n.Task), Run: n.Run}.String() }
 
 // Project returns the rows that events changed, read from s, the state
-// after the events were applied.
+// after the events were applied. The session row's Updated is the zero
+// time when no event is the session's own activity (a takeover's
+// Recovered alone): the caller keeps the Updated the session had.
 func Project(s *core.State, events []core.Event) *Projection {
 	p := &Projection{}
 	if len(events) == 0 {
@@ -203,7 +209,7 @@ func Project(s *core.State, events []core.Event) *Projection {
 		}
 		updNotes = append(updNotes, deliveredNotes(e.Body)...)
 	}
-	p.Session = sessionRow(s, events[len(events)-1].At)
+	p.Session = sessionRow(s, activity(events))
 	for _, id := range s.Order {
 		a := s.Agents[id]
 		if agents[id] {
@@ -277,6 +283,19 @@ func deliveredNotes(b core.Body) []core.NoteKey {
 	return nil
 }
 
+// activity returns the time of the last of events that is the session's
+// own activity, or the zero time when none is: a restart's Recovered marks
+// a new process taking the session over, which the session did not do, so
+// taking a session over does not make it look active.
+func activity(events []core.Event) time.Time {
+	for i := len(events) - 1; i >= 0; i-- {
+		if _, ok := events[i].Body.(*core.Recovered); !ok {
+			return events[i].At
+		}
+	}
+	return time.Time{}
+}
+
 func sessionRow(s *core.State, at time.Time) *SessionRow {
 	var in, out int64
 	for _, a := range s.Agents {
@@ -286,7 +305,7 @@ func sessionRow(s *core.State, at time.Time) *SessionRow {
 	return &SessionRow{
 		ID: string(s.Session.ID), Title: s.Session.Title, Owner: s.Session.Owner, Provider: s.Session.Provider,
 		Model: s.Session.Model, Cwd: s.Session.Cwd, Closed: s.Session.Closed, Created: s.Session.Created,
-		Updated: at, LastSeq: s.Seq, InputTokens: in, OutputTokens: out,
+		Updated: at, LastSeq: s.Seq, InputTokens: in, OutputTokens: out, NeedsYou: core.Attention(s),
 	}
 }
 
@@ -379,6 +398,9 @@ func (x *Pending) Add(q *Projection) {
 	}
 	if q.Session != nil {
 		r := *q.Session
+		if r.Updated.IsZero() && x.p.Session != nil {
+			r.Updated = x.p.Session.Updated // steps of no activity keep the last one's
+		}
 		x.p.Session = &r
 	}
 	for _, a := range q.Agents {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -298,9 +299,10 @@ func printRaw(e *env, b []byte) error {
 }
 
 func cmdSessions(ctx context.Context, e *env, args []string) error {
-	var open bool
-	cf, _, err := clientCommand(e, "sessions", "sessions [--open]", 0, args, func(fs *flag.FlagSet) {
+	var open, needsYou bool
+	cf, _, err := clientCommand(e, "sessions", "sessions [--open] [--needs-you]", 0, args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&open, "open", false, "only sessions that are not closed")
+		fs.BoolVar(&needsYou, "needs-you", false, "only sessions where a person must act: a permission request, a failed run, a spent budget")
 	})
 	if err != nil {
 		return err
@@ -309,30 +311,41 @@ func cmdSessions(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	path := "/api/sessions"
+	q := url.Values{}
 	if open {
-		path += "?open=true"
+		q.Set("open", "true")
+	}
+	if needsYou {
+		q.Set("needs_you", "1")
 	}
 	var list server.SessionList
-	b, err := c.get(ctx, path, &list)
+	b, err := c.get(ctx, queryPath("/api/sessions", q), &list)
 	if err != nil {
 		return err
 	}
 	if cf.json {
 		return printRaw(e, b)
 	}
+	if needsYou {
+		// A server that predates the filter answers every session.
+		list.Sessions = slices.DeleteFunc(list.Sessions, func(s vigil.SessionSummary) bool { return len(s.NeedsYou) == 0 })
+	}
 	if len(list.Sessions) == 0 {
+		if needsYou {
+			fmt.Fprintln(e.stdout, "no session needs you")
+			return nil
+		}
 		fmt.Fprintln(e.stdout, "no sessions")
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tSTATE\tUPDATED\tEVENTS\tTOKENS\tTITLE")
+	fmt.Fprintln(tw, "SESSION\tSTATE\tNEEDS YOU\tUPDATED\tEVENTS\tTOKENS\tTITLE")
 	for _, s := range list.Sessions {
 		state := "open"
 		if s.Closed {
 			state = "closed"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, state, ago(s.Updated), s.LastSeq, s.InputTokens+s.OutputTokens, text.OneLine(s.Title, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, state, needsYouCell(s.NeedsYou), ago(s.Updated), s.LastSeq, s.InputTokens+s.OutputTokens, text.OneLine(s.Title, 60))
 	}
 	return tw.Flush()
 }
@@ -352,24 +365,30 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintln(e.stdout, "quiescent: no run in progress, no live task, every inbox empty")
 		}
 		fmt.Fprintln(e.stdout)
+		// A tabwriter aligns the columns whatever the names' lengths.
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "AGENT\tID\tSTATE\tRUNS\tINBOX\tLAST ACTIVE\tTASK\tDOING")
 		for _, a := range d.Agents {
-			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", strings.Repeat("  ", a.Depth), a.Name, a.ID, a.State, a.Runs, len(a.Inbox), ago(a.LastActive), a.Task, doing(a))
+			// RUNS counts the run in progress, which DOING names.
+			runs := a.Runs
+			if a.Run != nil {
+				runs++
+			}
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", strings.Repeat("  ", a.Depth), a.Name, a.ID, a.State, runs, len(a.Inbox), ago(a.LastActive), a.Task, doing(a))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		if len(d.Tasks) > 0 {
 			fmt.Fprintln(e.stdout)
-			if err := printTasks(e, d.Tasks); err != nil {
+			if err := printTaskTable(e.stdout, d.Tasks, agentNames(d.Agents)); err != nil {
 				return err
 			}
 		}
 		if len(d.Approvals) > 0 {
 			fmt.Fprintln(e.stdout, "\npermission requests waiting for an answer:")
 			for _, p := range d.Approvals {
-				fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, p.Agent, p.Tool, text.OneLine(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
+				fmt.Fprintf(e.stdout, "  %s  %s wants %s %s (deadline %s)\n", p.ID, agentName(d.Agents, p.Agent), p.Tool, text.OneLine(string(p.Input), 80), p.Deadline.Local().Format(time.TimeOnly))
 			}
 		}
 		printStatus(e, d.Status, false)
@@ -380,48 +399,31 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-// doing says what an agent is doing now.
+// doing says what an agent is doing or waiting on: its run and round, if
+// it has one, then its why; "NEEDS YOU" when only a person can move it on.
 func doing(a vigil.Agent) string {
-	r := a.Run
-	if r == nil {
-		return ""
+	why := a.Why.Text
+	if a.Why.NeedsYou {
+		why = "NEEDS YOU: " + why
 	}
-	s := fmt.Sprintf("run %d round %d", r.Seq, r.Round)
-	switch {
-	case r.Call != nil:
-		s += ": model call " + r.Call.State
-	case len(r.Tools) > 0:
-		var names []string
-		for _, t := range r.Tools {
-			if !t.Done {
-				names = append(names, t.Name)
-			}
-		}
-		if len(names) > 0 {
-			s += ": " + strings.Join(names, ", ")
-		}
+	if r := a.Run; r != nil {
+		return fmt.Sprintf("run %d round %d: %s", r.Seq, r.Round, why)
 	}
-	return s
+	return why
 }
 
-func printTasks(e *env, tasks []vigil.Task) error {
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tKIND\tSTATUS\tOWNER\tSTARTED\tENDED\tEXIT\tWHAT")
-	for _, t := range tasks {
-		exit, ended := "", ""
-		if t.ExitCode != nil {
-			exit = strconv.Itoa(*t.ExitCode)
+// agentName is the name of agent id among agents: "main" for the main
+// agent, else the id when agents do not hold it.
+func agentName(agents []vigil.Agent, id vigil.AgentID) string {
+	for _, a := range agents {
+		if a.ID == id {
+			return a.Name
 		}
-		if !t.Ended.IsZero() {
-			ended = ago(t.Ended)
-		}
-		what := t.Description
-		if t.Kind == vigil.TaskShell && t.Command != "" {
-			what = t.Command
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Status, t.Owner, ago(t.Started), ended, exit, text.OneLine(what, 60))
 	}
-	return tw.Flush()
+	if id == vigil.MainAgent {
+		return "main"
+	}
+	return string(id)
 }
 
 // printStatus prints the non-empty inboxes and why each is not draining.
@@ -442,10 +444,10 @@ func printStatus(e *env, inboxes []vigil.InboxStatus, always bool) {
 		if st.Held > 0 {
 			held = fmt.Sprintf(", %d held", st.Held)
 		}
+		// The reason names its own deadline (a retry's time, an
+		// approval's), so that no deadline reads as that of something
+		// else the line mentions (a hold has none).
 		fmt.Fprintf(e.stdout, "  %s (%s, %s): %d item(s)%s, %s: %s", st.Name, st.Agent, st.State, st.Items, held, state, st.Reason)
-		if !st.Until.IsZero() {
-			fmt.Fprintf(e.stdout, " until %s", st.Until.Local().Format(time.TimeOnly))
-		}
 		if st.ClearsOn != "" {
 			fmt.Fprintf(e.stdout, " (clears on %s)", st.ClearsOn)
 		}
@@ -471,6 +473,21 @@ func printStatusView(e *env, st server.StatusView) {
 	}
 	if st.Hold != nil {
 		fmt.Fprintf(e.stdout, "user prompts HELD by %s since %s%s\n", orDefault(st.Hold.By, "the user"), ago(st.Hold.Since), reasonSuffix(st.Hold.Reason))
+	}
+	if len(st.Agents) > 0 {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AGENT\tSTATE\tWHY")
+		for _, a := range st.Agents {
+			if a.State == vigil.AgentClosed && !st.Closed {
+				continue
+			}
+			why := a.Why.Text
+			if a.Why.NeedsYou {
+				why = "NEEDS YOU: " + why
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.State, why)
+		}
+		tw.Flush()
 	}
 	for _, p := range st.Progress {
 		line := fmt.Sprintf("%s run %d: waiting on %s since %s", p.Name, p.Run, p.Waiting, ago(p.Since))
@@ -520,10 +537,16 @@ func cmdSend(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// cmdMessage sends a message and prints what happened to it at once: the
+// server never waits on the target's model, so while the target's model
+// round is in flight the outcome is pending. With --wait it then follows
+// the session's events until the outcome is settled and prints that.
 func cmdMessage(ctx context.Context, e *env, args []string) error {
 	var prio string
-	cf, pos, err := clientCommand(e, "message", `message <session> <agent> "text" [--priority now|next|later]`, 3, args, func(fs *flag.FlagSet) {
+	var wait bool
+	cf, pos, err := clientCommand(e, "message", `message <session> <agent> "text" [--priority now|next|later] [--wait]`, 3, args, func(fs *flag.FlagSet) {
 		fs.StringVar(&prio, "priority", "", "now, next (default) or later")
+		fs.BoolVar(&wait, "wait", false, "when the outcome is pending (the agent's model round is in flight), wait for that round to settle it, and print the settled outcome")
 	})
 	if err != nil {
 		return err
@@ -532,12 +555,7 @@ func cmdMessage(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The answer waits while the agent's model round is in flight: show
-	// that on stderr.
-	done := make(chan struct{})
-	go progress(e, done, fmt.Sprintf("waiting for %s's model round to decide the message's outcome", pos[1]))
 	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "agents", pos[1], "messages"), server.MessageRequest{Text: pos[2], Priority: vigil.Priority(prio)})
-	close(done)
 	if err != nil {
 		return err
 	}
@@ -545,19 +563,83 @@ func cmdMessage(ctx context.Context, e *env, args []string) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
-	if cf.json {
-		if err := printRaw(e, b); err != nil {
-			return err
+	if wait && m.Outcome == vigil.OutcomePending {
+		fmt.Fprintf(e.stderr, "message %s → %s: pending (run %d's model round is in flight); waiting for it to settle…\n", m.ID, pos[1], m.Run)
+		settled, raw, err := settleMessage(ctx, c, pos[0], m.ID)
+		if err != nil {
+			return fmt.Errorf("wait for message %s: %w", m.ID, err)
 		}
-	} else {
-		fmt.Fprintf(e.stdout, "message %s → %s: %s\n", m.ID, pos[1], describeOutcome(&m))
+		m, b = *settled, raw
 	}
 	if m.Outcome == vigil.OutcomeRejected {
-		return &exitError{code: 1, err: fmt.Errorf("message rejected: %s", m.Reason)}
+		// Said once, as the command's error; --json still prints the
+		// answer for programs.
+		if cf.json {
+			if err := printRaw(e, b); err != nil {
+				return err
+			}
+		}
+		return &exitError{code: 1, err: fmt.Errorf("message %s → %s rejected: %s", m.ID, pos[1], m.Reason)}
 	}
+	if cf.json {
+		return printRaw(e, b)
+	}
+	fmt.Fprintf(e.stdout, "message %s → %s: %s\n", m.ID, pos[1], describeOutcome(&m))
 	return nil
 }
 
+// settleMessage follows a session's events until its message is no longer
+// pending, and returns the message and the server's JSON of it.
+func settleMessage(ctx context.Context, c *apiClient, session string, id vigil.MessageID) (*vigil.Message, []byte, error) {
+	get := func() (*vigil.Message, []byte, error) {
+		var m vigil.Message
+		b, err := c.get(ctx, sessionPath(session, "messages", string(id)), &m)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &m, b, nil
+	}
+	// The session's position first, then the message: an outcome settled
+	// after this read is an event after that position.
+	var d vigil.SessionDetail
+	if _, err := c.get(ctx, sessionPath(session), &d); err != nil {
+		return nil, nil, err
+	}
+	after := d.Seq
+	for {
+		m, b, err := get()
+		if err != nil || m.Outcome != vigil.OutcomePending {
+			return m, b, err
+		}
+		settled := false
+		err = c.stream(ctx, sessionPath(session, "events"), after, func(ev vigil.Event, _ string) bool {
+			if ev.Seq > 0 {
+				after = ev.Seq
+			}
+			if ev.Type == "message.resolved" || ev.Type == "session.closed" {
+				settled = true
+				return false
+			}
+			return true
+		})
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		var ae *apiError
+		if err != nil && errors.As(err, &ae) && ae.status < 500 {
+			return nil, nil, err
+		}
+		if !settled {
+			// The stream ended or broke: read the message again, then
+			// go on from the last event seen.
+			if err := c.sleep(ctx, 250*time.Millisecond); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+}
+
+// describeOutcome says what happened to a message, in words.
 func describeOutcome(m *vigil.Message) string {
 	switch m.Outcome {
 	case vigil.OutcomeJoined:
@@ -573,35 +655,37 @@ func describeOutcome(m *vigil.Message) string {
 	case vigil.OutcomeRejected:
 		return "rejected: " + m.Reason
 	case vigil.OutcomePending:
-		return fmt.Sprintf("pending: the agent's model round is in flight; the message joins run %d if the run goes on, else run %d answers (see 'vigil show')", m.Run, m.Run+1)
+		return fmt.Sprintf("pending: run %d's model round is in flight; the message joins run %d if the run goes on, else run %d answers (--wait prints the settled outcome)", m.Run, m.Run, m.Run+1)
 	}
 	return string(m.Outcome)
 }
 
-// progress prints a line to stderr every few seconds until done.
-func progress(e *env, done <-chan struct{}, what string) {
-	start := time.Now()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			fmt.Fprintf(e.stderr, "… %s (%s)\n", what, time.Since(start).Round(time.Second))
-			t.Reset(3 * time.Second)
-		}
-	}
-}
-
 func cmdTasks(ctx context.Context, e *env, args []string) error {
-	return sessionView(ctx, e, "tasks", args, []string{"tasks"}, func(tl *server.TaskList) error {
-		if len(tl.Tasks) == 0 {
-			fmt.Fprintln(e.stdout, "no tasks")
-			return nil
+	cf, pos, err := clientCommand(e, "tasks", "tasks <session>", 1, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		b, err := c.get(ctx, sessionPath(pos[0], "tasks"), nil)
+		if err != nil {
+			return err
 		}
-		return printTasks(e, tl.Tasks)
-	})
+		return printRaw(e, b)
+	}
+	// The session's detail: its tasks and the names of their agents.
+	var d vigil.SessionDetail
+	if _, err := c.get(ctx, sessionPath(pos[0]), &d); err != nil {
+		return err
+	}
+	if len(d.Tasks) == 0 {
+		fmt.Fprintln(e.stdout, "no tasks")
+		return nil
+	}
+	return printTaskTable(e.stdout, d.Tasks, agentNames(d.Agents))
 }
 
 func cmdStop(ctx context.Context, e *env, args []string) error {
@@ -612,18 +696,15 @@ func cmdStop(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	task := pos[0]
-	if s, t, ok := strings.Cut(pos[0], "/"); ok {
-		sess, task = s, t
-	}
-	if sess == "" || task == "" {
-		return &exitError{code: 2, err: errors.New("name the task as <session>/<task> or <task> --session <session>")}
+	id, task, err := taskRef(pos[0], sess)
+	if err != nil {
+		return err
 	}
 	c, err := cf.client(e)
 	if err != nil {
 		return err
 	}
-	b, _, err := c.do(ctx, "POST", sessionPath(sess, "tasks", task, "stop"), nil)
+	b, _, err := c.do(ctx, "POST", sessionPath(string(id), "tasks", string(task), "stop"), nil)
 	if err != nil {
 		return err
 	}
@@ -756,12 +837,12 @@ func cmdNew(ctx context.Context, e *env, args []string) error {
 	var req server.CreateSessionRequest
 	var mode string
 	var allow, deny stringList
-	cf, pos, err := clientCommand(e, "new", `new "prompt" [--title T] [--provider P] [--model M] [--cwd DIR] [--permission-mode MODE]`, 1, args, func(fs *flag.FlagSet) {
+	cf, pos, err := clientCommand(e, "new", "new \"prompt\" [--title T] [--provider P] [--model M] [--cwd DIR] [--permission-mode MODE]\n\n"+permissionDefaults, 1, args, func(fs *flag.FlagSet) {
 		fs.StringVar(&req.Title, "title", "", "title (default: the prompt's first line)")
 		fs.StringVar(&req.Provider, "provider", "", "model provider (default: the server's)")
 		fs.StringVar(&req.Model, "model", "", "model name")
 		fs.StringVar(&req.Cwd, "cwd", "", "working directory on the server (default: the current directory when the server is local)")
-		fs.StringVar(&mode, "permission-mode", "", "ask (default), accept-edits, auto or bypass")
+		fs.StringVar(&mode, "permission-mode", "", "ask, accept-edits, auto or bypass (default: the server's config, else ask: a person answers)")
 		fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
 		fs.Var(&deny, "deny", "deny rule (repeatable)")
 	})
@@ -840,6 +921,18 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 	wait := 250 * time.Millisecond
 	for {
 		err := c.stream(ctx, sessionPath(pos[0], "events"), last, func(ev vigil.Event, raw string) bool {
+			if ev.Live {
+				// The text a model streams: shown while it streams,
+				// with no place in the stream to resume from.
+				if follow {
+					if cf.json {
+						fmt.Fprintln(e.stdout, raw)
+					} else {
+						tl.record(ev)
+					}
+				}
+				return true
+			}
 			last = ev.Seq
 			if cf.json {
 				fmt.Fprintln(e.stdout, raw)
@@ -1042,12 +1135,25 @@ func splitSSELines() bufio.SplitFunc {
 	}
 }
 
-// ago formats how long ago t was.
+// ago formats how long ago t was, the one time format of the client's
+// tables ("just now", "42s ago", "3m ago", "2h05m ago", "3d ago"); --json
+// answers carry RFC 3339 times. A time in the future reads "in 3m".
 func ago(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	d := time.Since(t)
+	return relTime(time.Since(t))
+}
+
+// relTime formats how long ago something was, d after it; a negative d is
+// a time to come.
+func relTime(d time.Duration) string {
+	if d < 0 {
+		if d > -time.Second {
+			return "just now"
+		}
+		return "in " + strings.TrimSuffix(relTime(-d), " ago")
+	}
 	switch {
 	case d < time.Second:
 		return "just now"
@@ -1058,7 +1164,7 @@ func ago(t time.Time) string {
 	case d < 48*time.Hour:
 		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
 	}
-	return t.Local().Format("2006-01-02 15:04")
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
 
 func orDefault(s, def string) string {

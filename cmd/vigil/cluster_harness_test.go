@@ -473,6 +473,9 @@ type streamReader struct {
 	reconnectEvery int
 	// from is the position the stream starts after.
 	from int64
+	// liveText counts the live events (text.delta) the stream delivered;
+	// they are not checked against the log.
+	liveText int
 	// onEvent, when set, sees each event as it arrives.
 	onEvent func(e seenEvent)
 
@@ -553,6 +556,15 @@ func (s *streamReader) once(ctx context.Context, hc *http.Client) error {
 		var ev vigil.Event
 		if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
 			return fmt.Errorf("bad event %.200q: %w", f.Data, err)
+		}
+		if ev.Live {
+			// Live text (text.delta) is not in the log and has no
+			// position: the committed model.ended that follows carries
+			// it, and the order checks below are for committed events.
+			s.mu.Lock()
+			s.liveText++
+			s.mu.Unlock()
+			return nil
 		}
 		e := seenEvent{session: string(ev.Session), seq: ev.Seq, global: ev.Global, typ: ev.Type, at: ev.At, got: time.Now()}
 		e.live = e.at.After(opened)

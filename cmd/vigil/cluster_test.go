@@ -736,7 +736,7 @@ func (c *cluster) checkAllStream(s *streamReader, all []store.Record) {
 			missing = append(missing, fmt.Sprintf("%d (%s#%d %s)", r.Global, r.Session, r.Seq, r.Type))
 		}
 	}
-	c.logf("%s: %d events, %d reconnects, %d cuts; %d out of order, %d missing, %d not in the log", s.name, len(s.events), s.reconnects, s.cuts, len(s.problems), len(missing), len(extras))
+	c.logf("%s: %d events, %d live text events, %d reconnects, %d cuts; %d out of order, %d missing, %d not in the log", s.name, len(s.events), s.liveText, s.reconnects, s.cuts, len(s.problems), len(missing), len(extras))
 	if len(s.problems) > 0 {
 		c.t.Errorf("%s out of order: %s", s.name, strings.Join(s.problems[:min(len(s.problems), 5)], "; "))
 	}

@@ -37,7 +37,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	format := fs.String("output-format", "text", "text (a timeline, then the reply), json (one object at the end) or stream-json (one event per line)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long, stating what was still pending")
 	cwd := fs.String("cwd", ".", "working directory of the session's file tools and shell commands")
-	mode := fs.String("permission-mode", "auto", "ask, accept-edits, auto (allow rules decide, the rest is denied) or bypass")
+	mode := fs.String("permission-mode", "auto", "ask, accept-edits, auto (allow rules decide, the rest is denied: nobody answers a one-shot run) or bypass")
 	var allow, deny stringList
 	fs.Var(&allow, "allow", "allow rule, e.g. 'Bash(go test *)' (repeatable)")
 	fs.Var(&deny, "deny", "deny rule (repeatable)")
@@ -47,7 +47,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	keepOpen := fs.Bool("keep-open", false, "leave the session open when it is quiescent (vigil serve or a later run can continue it)")
 	resume := fs.String("resume", "", "take over an existing session of the store (one a killed vigil left) and run it to quiescence; a prompt, if given, is queued to it")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: vigil run [flags] \"prompt\"\n\nRuns one session until it is quiescent (no run in progress, no live task, every inbox empty)\nand prints its timeline and the main agent's final reply.\n\nflags:")
+		fmt.Fprintln(e.stderr, "usage: vigil run [flags] \"prompt\"\n\nRuns one session until it is quiescent (no run in progress, no live task, every inbox empty)\nand prints its timeline and the main agent's final reply.\n\n"+permissionDefaults+"\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -151,6 +151,10 @@ func (s *sdkSession) forward(sub *vigil.Subscription) {
 		if err != nil {
 			continue // a type this build does not know: nothing to print
 		}
+		// The payloads' times (a message's sent, a notification's written,
+		// an item's enqueued, a task's started) are the event's, also in
+		// a resumed session's events logged before bodies carried them.
+		core.Stamp(body, ev.At)
 		s.events <- core.Event{Seq: ev.Seq, At: ev.At, Body: body}
 	}
 }

@@ -462,6 +462,7 @@ func (c *checker) stateRules() {
 	// deadline — a run it runs, a notification it is to deliver.
 	c.providerPromises()
 	c.quiescence()
+	c.whyRules()
 	if limit := c.w.core.Config().MaxConcurrentCalls; limit > 0 && waiting > 0 && inflight < limit {
 		c.violate("4", fmt.Sprintf("%d model call(s) wait for a slot while only %d of %d are in flight", waiting, inflight, limit))
 	}
@@ -478,6 +479,90 @@ func (c *checker) stateRules() {
 			if p := c.w.procs[id]; p == nil || !p.alive {
 				c.violate("7", fmt.Sprintf("task %s is %s but its process is gone", id, t.Status))
 			}
+		}
+	}
+}
+
+// whyRules checks each agent's Why (the core's one answer to what it is
+// doing or waiting on, which status and every edge show) against the
+// checker's own reading of the state: a blocker comes first, a person is
+// told they are needed exactly when they are, a model call in flight says
+// so, an agent with queued items never reads idle, and every queued item
+// is named by what holds it up.
+func (c *checker) whyRules() {
+	s := c.w.state
+	for _, id := range s.Order {
+		a := s.Agents[id]
+		w := c.w.core.Why(s, a)
+		bad := func(format string, args ...any) {
+			detail := fmt.Sprintf("%s's why (%s) %q: ", a.Name, w.Kind, w.Text) + fmt.Sprintf(format, args...)
+			if a.Run != nil {
+				c.violateRun("why", a.ID, a.Run.Seq, detail)
+			} else {
+				c.violate("why", detail)
+			}
+		}
+		if w.Kind == "" || w.Text == "" || strings.ContainsAny(w.Text, "\r\n") {
+			bad("a why is a kind and one line of text")
+			continue
+		}
+		closed := a.State == core.AgentClosed || s.Session.Closed
+		approval := core.ApprovalID("")
+		for _, p := range s.Approvals {
+			if p.Agent == a.ID && (approval == "" || p.ID < approval) {
+				approval = p.ID
+			}
+		}
+		switch {
+		case closed:
+			if w.Kind != core.WhyClosed {
+				bad("the agent is closed")
+			}
+			continue
+		case approval != "":
+			if w.Kind != core.WhyApproval {
+				bad("permission request %s of the agent waits for a person", approval)
+			}
+		case a.Blocked != nil:
+			if want := map[bool]string{true: core.WhyBudget, false: core.WhyBlocked}[a.Blocked.Kind == core.FailBudget]; w.Kind != want {
+				bad("the agent is blocked (%s), want kind %s", a.Blocked.Reason, want)
+			}
+		case a.Run == nil && a.Retry != nil:
+			if w.Kind != core.WhyBackoff || !w.Until.Equal(a.Retry.At) {
+				bad("the agent backs off until %s", a.Retry.At.Format("15:04:05.000"))
+			}
+		case a.Run != nil && a.Driver == core.DriverLoop && a.Run.Call != nil && a.Run.Call.State == core.CallInFlight:
+			if w.Kind != core.WhyModel {
+				bad("model call %s is in flight", a.Run.Call.ID)
+			}
+		case a.Run == nil && len(a.Inbox) > 0:
+			if w.Kind == core.WhyIdle {
+				bad("%d item(s) are queued", len(a.Inbox))
+			}
+		}
+		if needs := approval != "" || a.Blocked != nil; w.NeedsYou != needs {
+			bad("needs_you is %v, but a person is needed: %v", w.NeedsYou, needs)
+		}
+		held := 0
+		for _, it := range a.Inbox {
+			if heldByUser(s, it) {
+				held++
+				continue
+			}
+			if !slices.Contains(w.HoldsUp, it.ID) {
+				bad("queued %s item %s is not among the items it holds up %v", it.Kind, it.ID, w.HoldsUp)
+			}
+		}
+		if held > 0 && !strings.Contains(w.Text, "held") {
+			bad("%d user prompt(s) are held, and it does not say so", held)
+		}
+	}
+	if len(s.Approvals) == 0 {
+		return
+	}
+	for _, st := range core.Status(s) {
+		if a := s.Agents[st.Agent]; st.Draining && a.State == core.AgentWaiting {
+			c.violate("why", fmt.Sprintf("status says %s's inbox is draining while it waits for a permission answer", a.Name))
 		}
 	}
 }

@@ -20,7 +20,9 @@
 //	        say: "done: {{.Input}}"
 //
 // A turn has say (text), tools (a list of one-key maps: tool name to its
-// input), delay, and fail ({times: N, kind: overloaded|server|context|auth}:
+// input), delay (how long the answer takes: its text streams over it as
+// text deltas of a few words each, and the tools and the end come after
+// the whole delay), and fail ({times: N, kind: overloaded|server|context|auth}:
 // the first N requests for it fail so). Strings are Go templates over the request: .Agent,
 // .Input (the newest input's text), .Kind (prompt, spawn, message,
 // notification, timer, continuation or tool_result), .Notification (.Task,
@@ -84,6 +86,7 @@ import (
 	"sync"
 	"text/template"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -373,14 +376,40 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 			yield(provider.Event{}, err)
 			return
 		}
-		if err := p.sleep(ctx, delay); err != nil {
-			yield(provider.Event{}, &provider.Error{Provider: "script", Kind: provider.ErrCanceled, Message: err.Error()})
-			return
-		}
+		// The text streams in word groups over the turn's delay: each
+		// group after its share of it, the tools and the end after the
+		// whole.
+		var parts []string
 		for _, b := range resp.Content {
 			if b.Type == chat.BlockText {
-				if !yield(provider.Event{Type: provider.EventText, Text: b.Text}, nil) {
-					return
+				parts = append(parts, chunks(b.Text)...)
+			}
+		}
+		pause := delay
+		if len(parts) > 0 {
+			pause = delay / time.Duration(len(parts))
+		}
+		wait := func(d time.Duration) bool {
+			if err := p.sleep(ctx, d); err != nil {
+				yield(provider.Event{}, &provider.Error{Provider: "script", Kind: provider.ErrCanceled, Message: err.Error()})
+				return false
+			}
+			return true
+		}
+		if len(parts) == 0 && !wait(delay) {
+			return
+		}
+		waited := time.Duration(0)
+		for _, b := range resp.Content {
+			if b.Type == chat.BlockText {
+				for _, c := range chunks(b.Text) {
+					if !wait(pause) {
+						return
+					}
+					waited += pause
+					if !yield(provider.Event{Type: provider.EventText, Text: c}, nil) {
+						return
+					}
 				}
 			} else {
 				b.Input = append(json.RawMessage(nil), b.Input...) // the event's block is the caller's
@@ -389,8 +418,41 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request) iter.Seq2[
 				}
 			}
 		}
+		if rest := delay - waited; rest > 0 && !wait(rest) {
+			return
+		}
 		yield(provider.Event{Type: provider.EventDone, Response: resp}, nil)
 	}
+}
+
+// chunkWords is how many words a streamed text delta holds at most.
+const chunkWords = 3
+
+// chunks cuts text into the deltas the scripted model streams it as:
+// groups of up to three words, each with the spaces after it, so that
+// they join to text again. Text without a word is one chunk; empty text
+// none.
+func chunks(text string) []string {
+	var out []string
+	start, words, inWord := 0, 0, false
+	for i, r := range text {
+		space := unicode.IsSpace(r)
+		switch {
+		case !space && !inWord:
+			if words == chunkWords {
+				out = append(out, text[start:i])
+				start, words = i, 0
+			}
+			words++
+			inWord = true
+		case space:
+			inWord = false
+		}
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
 }
 
 // Answer computes the scripted answer to req and the delay before it. A

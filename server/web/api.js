@@ -116,6 +116,31 @@ export async function api(method, path, body, opts = {}) {
   return data;
 }
 
+/** apiText GETs path and returns its body as text (for JSONL exports). */
+export async function apiText(path) {
+  let res;
+  try {
+    res = await fetch(path, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+  } catch (e) {
+    throw new ApiError(0, "network", "cannot reach the server: " + e.message);
+  }
+  if (res.status === 401) {
+    unauthorized();
+    throw new ApiError(401, "unauthorized", "the server refused the token");
+  }
+  const text = await res.text();
+  if (!res.ok) {
+    let err = {};
+    try {
+      err = (JSON.parse(text) || {}).error || {};
+    } catch {
+      err = {};
+    }
+    throw new ApiError(res.status, err.code, err.message || res.statusText);
+  }
+  return text;
+}
+
 /**
  * EventStream reads a Server-Sent Events stream with fetch(), so that it can
  * send the bearer token, and reconnects after a dropped connection with

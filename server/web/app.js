@@ -2,9 +2,10 @@
 // the server's event streams. No build step: plain ES modules served by the
 // vigil binary.
 
-import { api, ApiError, EventStream, initToken, tokenFromHash, hasToken, setToken, forgetToken, onUnauthorized } from "./api.js";
+import { api, apiText, ApiError, EventStream, initToken, tokenFromHash, hasToken, setToken, forgetToken, onUnauthorized } from "./api.js";
 import { h, replace, badge, dur, time, clock, cut, since, agoTick, tick, debounce } from "./dom.js";
-import { renderTranscript } from "./transcript.js";
+import { renderTranscript, blockTimes, fold } from "./transcript.js";
+import { markdown } from "./markdown.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const app = $("#app");
@@ -132,7 +133,10 @@ function route() {
     if (view) view.stop();
     view = new SessionView(id, agent);
   } else {
-    if (view && view.kind === "list") return;
+    if (view && view.kind === "list") {
+      view.routeChanged();
+      return;
+    }
     if (view) view.stop();
     view = new ListView();
   }
@@ -166,11 +170,62 @@ function select(name, options, value) {
   );
 }
 
+// Short labels: a phone shows them whole. The select's title says more.
 const priorities = [
-  ["next", "next — at the next round"],
-  ["now", "now — interrupt the round"],
+  ["next", "next round"],
+  ["now", "now — interrupt"],
   ["later", "later — after the turn"],
 ];
+const priorityHelp = "next: joins the running turn at its next model round · now: interrupts the round in flight · later: waits for the turn to end";
+
+/**
+ * menu is an overflow menu: a "⋯" button that opens a list of actions.
+ * key names it, so that an open menu stays open across live re-renders
+ * (openMenus holds the open ones' keys); choosing an item closes it.
+ */
+function menu(key, openMenus, items, label = "More actions") {
+  const list = items.filter(Boolean);
+  if (list.length === 0) return null;
+  const d = h(
+    "details.menu",
+    {
+      dataset: { menu: key },
+      open: openMenus.has(key),
+      onclick: (e) => e.stopPropagation(),
+      onkeydown: (e) => e.stopPropagation(),
+      ontoggle: () => {
+        if (d.open) {
+          // One menu open at a time.
+          for (const o of document.querySelectorAll("details.menu[open]")) if (o !== d) o.open = false;
+          openMenus.clear();
+          openMenus.add(key);
+        } else openMenus.delete(key);
+      },
+    },
+    h("summary.menu-btn", { title: label, "aria-label": label, role: "button" }, "⋯"),
+    h(
+      "div.menu-pop",
+      { role: "menu" },
+      list.map((it) => {
+        const b = h("button.menu-item" + (it.cls ? "." + it.cls : "") + (it.danger ? ".danger" : ""), { type: "button", role: "menuitem" }, it.label);
+        b.addEventListener("click", (e) => {
+          d.open = false;
+          it.run(e, b);
+        });
+        return b;
+      }),
+    ),
+  );
+  return d;
+}
+
+// A click outside an open menu closes it.
+document.addEventListener("click", (e) => {
+  for (const d of document.querySelectorAll("details.menu[open]")) if (!d.contains(e.target)) d.open = false;
+});
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape") for (const d of document.querySelectorAll("details.menu[open]")) d.open = false;
+});
 
 /** busy disables a button while fn runs. */
 async function busy(btn, fn) {
@@ -191,13 +246,40 @@ class ListView {
     this.dirty = new Set();
     this.rows = [];
     this.showClosed = false;
+    this.needsOnly = ListView.wantsNeedsOnly();
     this.refresh = debounce(() => this.load(), 300, 1500);
+  }
+
+  // wantsNeedsOnly reads the filter from the address: #/?needs_you=1.
+  static wantsNeedsOnly() {
+    const q = location.hash.replace(/^#\/?/, "").split("?")[1] || "";
+    return new URLSearchParams(q).get("needs_you") === "1";
+  }
+
+  // routeChanged follows a new address of the list: the filter may have changed.
+  routeChanged() {
+    const want = ListView.wantsNeedsOnly();
+    if (want === this.needsOnly) return;
+    this.needsOnly = want;
+    this.render();
+    this.load();
   }
 
   start() {
     document.title = "vigil — sessions";
     this.list = h("div.sessions#sessions", h("p.muted", "Loading…"));
     this.count = h("span.muted");
+    this.needsBtn = h(
+      "button.small.needs-filter#needs-you-filter",
+      {
+        type: "button",
+        title: "Show only the sessions where a person must act: approvals, failed runs, budget stops",
+        onclick: () => {
+          location.hash = this.needsOnly ? "#/" : "#/?needs_you=1";
+        },
+      },
+      "needs you",
+    );
     const closedToggle = h("input", {
       type: "checkbox",
       onchange: (e) => {
@@ -207,7 +289,7 @@ class ListView {
     });
     replace(
       app,
-      h("div.list-page", h("section.card", h("div.card-head", h("h2", "Sessions ", this.count), h("label.check", closedToggle, " show closed")), this.list), this.newSessionForm()),
+      h("div.list-page", h("section.card", h("div.card-head", h("h2", "Sessions ", this.count), this.needsBtn, h("label.check", closedToggle, " show closed")), this.list), this.newSessionForm()),
     );
     this.load();
     // Every session's events from now on: a change of any session
@@ -216,6 +298,7 @@ class ListView {
     // nothing committed in between is missed.
     this.stream = new EventStream("/api/events", {
       onEvent: (ev) => {
+        if (ev && ev.live) return; // streamed text changes no row
         if (ev && ev.session) this.dirty.add(ev.session);
         this.refresh();
       },
@@ -307,7 +390,7 @@ class ListView {
   async load() {
     let rows;
     try {
-      rows = (await api("GET", "/api/sessions")).sessions;
+      rows = (await api("GET", "/api/sessions" + (this.needsOnly ? "?needs_you=1" : ""))).sessions;
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 401)) replace(this.list, h("p.err", "Could not list sessions: " + errText(e)));
       return;
@@ -333,11 +416,19 @@ class ListView {
   }
 
   render() {
-    const rows = this.rows.filter((r) => this.showClosed || !r.closed);
-    rows.sort((a, b) => (time(b.updated) || 0) - (time(a.updated) || 0));
+    const needs = (r) => (r.needs_you || []).length > 0;
+    const rows = this.rows.filter((r) => (this.showClosed || !r.closed) && (!this.needsOnly || needs(r)));
+    // Sessions that need a person first, then the most recently active.
+    rows.sort((a, b) => needs(b) - needs(a) || (time(b.updated) || 0) - (time(a.updated) || 0));
+    const waiting = this.rows.filter((r) => !r.closed && needs(r)).length;
     this.count.textContent = `${rows.length}${this.showClosed ? "" : " open"}`;
+    this.needsBtn.classList.toggle("on", this.needsOnly);
+    this.needsBtn.setAttribute("aria-pressed", this.needsOnly ? "true" : "false");
+    replace(this.needsBtn, this.needsOnly ? "✓ " : "", "needs you", waiting ? h("span.count", String(waiting)) : null);
     if (rows.length === 0) {
-      replace(this.list, h("p.muted.empty", this.rows.length ? "No open sessions. Tick “show closed” to see the others." : "No sessions yet. Start one with the form."));
+      let empty = this.rows.length ? "No open sessions. Tick “show closed” to see the others." : "No sessions yet. Start one with the form.";
+      if (this.needsOnly) empty = "No session needs you.";
+      replace(this.list, h("p.muted.empty", empty));
       return;
     }
     replace(
@@ -347,10 +438,12 @@ class ListView {
         const st = r.closed ? "closed" : d ? sessionState(d) : "idle";
         const running = d ? d.agents.filter((a) => a.state === "running" || a.state === "waiting").length : 0;
         const agents = d ? d.agents.length : null;
+        const why = r.needs_you || [];
         return h(
-          "a.session-row",
-          { href: "#/s/" + enc(r.id), dataset: { session: r.id, state: st } },
+          "a.session-row" + (why.length ? ".needs" : ""),
+          { href: "#/s/" + enc(r.id), dataset: { session: r.id, state: st, needsYou: why.length ? "yes" : "no" } },
           h("div.sr-main", h("span.sr-title", r.title || "(untitled)"), h("span.mono.muted", r.id)),
+          why.length ? h("div.sr-needs", h("span.badge.b-needs-you.needs-you", "needs you"), h("span.needs-list", why.join(" · "))) : null,
           h(
             "div.sr-meta",
             badge(st),
@@ -484,6 +577,17 @@ class SessionView {
     this.names = new Map();
     this.refresh = debounce(() => this.load(), 150, 600);
     this.output = null; // the open task-output dialog
+    this.openMenus = new Set(); // keys of the open overflow menus
+    this.folds = new Map(); // agent id -> Set of its transcript's open folds
+    this.times = { key: "", times: [] }; // the selected transcript's block times
+    // Streamed text: agent id -> {call, run, name, text, staleAt}. An
+    // entry goes stale when a committed event ends the agent's round, and
+    // is dropped once a load begun after that event has rendered the
+    // committed transcript, so the text never blinks out in between.
+    this.live = new Map();
+    this.committed = 0; // committed events seen
+    this.liveTimer = null;
+    this.liveTails = new Map(); // agent id -> its tree node's live-text line
   }
 
   start() {
@@ -494,6 +598,7 @@ class SessionView {
       tree: h("div#tree", h("p.muted", "Loading…")),
       transcriptHead: h("div.card-head"),
       transcript: h("div.transcript#transcript"),
+      live: h("div.entry.assistant.live#live-text", { hidden: true, "aria-live": "off" }),
       activity: h("div.activity#activity"),
       inbox: h("div#inbox"),
       messages: h("div#messages"),
@@ -519,7 +624,7 @@ class SessionView {
           ),
           h(
             "div.col.col-main",
-            h("section.card.o2#transcript-card", e.transcriptHead, e.transcript, e.activity),
+            h("section.card.o2#transcript-card", e.transcriptHead, e.transcript, e.live, e.activity),
             this.promptForm(),
             h("section.card.o7#runs-card", h("div.card-head", h("h2", "Run history")), e.runs),
             h("section.card.o8#events-card", h("details#event-log", h("summary", h("h2.inline", "Event log"), " ", e.eventCount), e.events)),
@@ -554,6 +659,16 @@ class SessionView {
   }
 
   onEvent(ev, id) {
+    if (ev && ev.live) {
+      this.onLive(ev);
+      return;
+    }
+    this.committed++;
+    const d0 = (ev && ev.data) || {};
+    if ((ev.type === "model.ended" || ev.type === "run.ended" || ev.type === "agent.closed") && d0.agent) {
+      const e = this.live.get(d0.agent);
+      if (e && !e.staleAt) e.staleAt = this.committed;
+    }
     this.events++;
     if (ev.type === "agent.created" && ev.data && ev.data.agent) this.names.set(ev.data.agent.id, ev.data.agent.name);
     const seq = ev.seq !== undefined ? ev.seq : id;
@@ -573,12 +688,59 @@ class SessionView {
     this.refresh();
   }
 
+  // onLive takes a live event: a text delta of an agent's model round.
+  onLive(ev) {
+    if (ev.type !== "text.delta") return;
+    const d = ev.data || {};
+    if (!d.agent || typeof d.text !== "string") return;
+    let e = this.live.get(d.agent);
+    if (!e || e.call !== d.call || e.staleAt) {
+      e = { call: d.call, run: d.run, name: d.name || this.names.get(d.agent) || d.agent, text: "", staleAt: 0, at: Date.now() };
+      this.live.set(d.agent, e);
+    }
+    e.text += d.text;
+    // Bounded: a runaway round keeps its last 64 KiB on the page.
+    if (e.text.length > 65536) e.text = "…" + e.text.slice(-65536);
+    if (!this.liveTimer) this.liveTimer = setTimeout(() => this.renderLive(), 40);
+  }
+
+  // renderLive shows the streamed text: in full under the selected
+  // agent's transcript, and its last line in the tree.
+  renderLive() {
+    this.liveTimer = null;
+    if (!this.el) return;
+    const sel = this.agentDetail && this.agentDetail.id;
+    const e = sel ? this.live.get(sel) : null;
+    if (e) {
+      const follow = this.el.transcript.scrollHeight - this.el.transcript.scrollTop - this.el.transcript.clientHeight < 40;
+      this.el.live.hidden = false;
+      this.el.live.dataset.agent = e.name;
+      this.el.live.dataset.call = e.call || "";
+      replace(
+        this.el.live,
+        h("div.entry-head", h("span.entry-kind", e.name), h("span.badge.b-streaming", "streaming"), e.run ? h("span.muted", "run " + e.run) : null, h("span.spinner")),
+        markdown(e.text),
+      );
+      if (follow) this.el.transcript.scrollTop = this.el.transcript.scrollHeight;
+    } else {
+      this.el.live.hidden = true;
+      this.el.live.replaceChildren();
+    }
+    for (const [id, el] of this.liveTails) {
+      const x = this.live.get(id);
+      const last = x ? x.text.trimEnd().split("\n").pop() : "";
+      el.hidden = !x;
+      el.textContent = x ? "“" + cut(last.slice(-160), 120) + "”" : "";
+    }
+  }
+
   async load() {
     if (this.loading) {
       this.again = true;
       return;
     }
     this.loading = true;
+    const seen = this.committed;
     try {
       const b = this.base;
       const [detail, runs, msgs] = await Promise.all([api("GET", b), api("GET", b + "/runs"), api("GET", b + "/messages")]);
@@ -586,8 +748,12 @@ class SessionView {
       for (const a of detail.agents) this.names.set(a.id, a.name);
       const sel = detail.agents.find((a) => a.id === this.selected || a.name === this.selected) || detail.agents[0];
       this.agentDetail = sel ? await api("GET", b + "/agents/" + enc(sel.id)) : null;
+      if (this.agentDetail) await this.loadTimes(this.agentDetail);
       this.runs = runs.runs;
       this.msgs = msgs.messages;
+      // Streamed text that a committed event ended before this load began
+      // is in the transcript now.
+      for (const [id, e] of this.live) if (e.staleAt && e.staleAt <= seen) this.live.delete(id);
       this.render();
     } catch (e) {
       if (e instanceof ApiError && e.status === 404) {
@@ -602,6 +768,21 @@ class SessionView {
         this.again = false;
         this.refresh();
       }
+    }
+  }
+
+  // loadTimes reads when each block of the agent's transcript was written
+  // (from its JSONL export), once per change of the transcript.
+  async loadTimes(a) {
+    const t = a.transcript || [];
+    const key = `${a.id}:${t.length}:${t.length ? JSON.stringify(t[t.length - 1]).length : 0}`;
+    if (this.times.key === key) return;
+    try {
+      const jsonl = await apiText(`${this.base}/agents/${enc(a.id)}/transcript`);
+      this.times = { key, times: blockTimes(t, jsonl) };
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) throw e;
+      this.times = { key, times: [] }; // no times rather than no transcript
     }
   }
 
@@ -629,6 +810,7 @@ class SessionView {
     this.renderMessages(d);
     this.renderRuns();
     this.updateForms(d);
+    this.renderLive();
     if (this.output) this.output.refresh(d);
     tick();
   }
@@ -666,21 +848,29 @@ class SessionView {
         },
         "Hold queue…",
       );
-      this.closeBtn = h(
-        "button.danger#close-session",
-        {
-          onclick: (e) => {
-            if (!confirm("Close this session? Every agent stops and its tasks end.")) return;
-            this.act(e.currentTarget, "Close session", () => api("POST", this.base + "/close", {}));
-          },
-        },
-        "Close session",
-      );
-      this.headActions = h("div.sh-actions", this.holdBtn, this.closeBtn);
+      this.headMenu = h("span.head-menu");
+      this.headActions = h("div.sh-actions", this.holdBtn, this.headMenu);
     }
     this.holdBtn.hidden = s.closed || !!d.hold;
     if (s.closed || d.hold) this.holdForm.hidden = true;
-    this.closeBtn.hidden = s.closed;
+    // Rarely used and destructive: in the overflow menu, confirmed.
+    replace(
+      this.headMenu,
+      s.closed
+        ? null
+        : menu("session", this.openMenus, [
+            {
+              label: "Close session…",
+              cls: "close-session",
+              danger: true,
+              run: (e, btn) => {
+                if (!confirm("Close this session? Every agent stops and its tasks end. This cannot be undone.")) return;
+                this.act(btn, "Close session", () => api("POST", this.base + "/close", {}));
+              },
+            },
+          ], "Session actions"),
+    );
+    if (this.headMenu.firstChild) this.headMenu.firstChild.querySelector(".close-session").id = "close-session";
     if (!this.headTitle) {
       this.headTitle = h("div.sh-title");
       this.headMeta = h("div.sh-meta");
@@ -688,9 +878,11 @@ class SessionView {
     }
     const perms = s.permissions || {};
     replace(this.headTitle, h("a.back", { href: "#/", title: "All sessions" }, "‹ Sessions"), h("h1", s.title || "(untitled)"));
+    const needy = d.agents.filter((a) => a.why && a.why.needs_you);
     replace(
       this.headMeta,
       badge(st),
+      needy.length ? h("span.badge.b-needs-you.needs-you#session-needs-you", { title: needy.map((a) => `${a.name}: ${a.why.text}`).join("\n") }, "needs you") : null,
       d.quiescent && !s.closed ? h("span.tag", "quiescent") : null,
       h("span.mono", s.id),
       h("span", "provider ", h("strong", s.provider || "default"), s.model ? [" · model ", h("strong", s.model)] : null),
@@ -780,23 +972,42 @@ class SessionView {
       const task = a.task ? tasksByID.get(a.task) : null;
       const sel = a.id === (this.agentDetail && this.agentDetail.id);
       const running = a.run && (a.state === "running" || a.state === "waiting");
+      // One action in sight (Stop, while the agent's task runs); the rest
+      // in its overflow menu, the destructive one confirmed.
       const btns = [];
-      btns.push(h("button.small", { onclick: (e) => (e.stopPropagation(), this.messageTo(a.id)) }, "Message"));
-      if (running) btns.push(h("button.small.cancel-run", { onclick: (e) => (e.stopPropagation(), this.act(e.currentTarget, "Cancel run", () => api("POST", `${this.base}/agents/${enc(a.id)}/cancel`, {}))) }, "Cancel run"));
       if (task && liveTask(task)) btns.push(h("button.small.stop-task", { onclick: (e) => (e.stopPropagation(), this.stopTask(e.currentTarget, task)) }, "Stop"));
-      if (a.owner && a.state !== "closed")
-        btns.push(
-          h(
-            "button.small.danger.close-agent",
-            {
-              onclick: (e) => {
-                e.stopPropagation();
-                if (confirm(`Close agent ${a.name}? It cannot be resumed.`)) this.act(e.currentTarget, "Close agent", () => api("POST", `${this.base}/agents/${enc(a.id)}/close`, {}));
-              },
-            },
-            "Close",
-          ),
-        );
+      btns.push(
+        menu("agent:" + a.id, this.openMenus, [
+          a.state !== "closed" ? { label: "Message…", cls: "message-agent", run: () => this.messageTo(a.id) } : null,
+          running ? { label: "Cancel run", cls: "cancel-run", run: (e, btn) => this.act(btn, "Cancel run", () => api("POST", `${this.base}/agents/${enc(a.id)}/cancel`, {})) } : null,
+          { label: "Show transcript", cls: "show-transcript", run: () => this.show(a.id) },
+          a.owner && a.state !== "closed"
+            ? {
+                label: "Close agent…",
+                cls: "close-agent",
+                danger: true,
+                run: (e, btn) => {
+                  if (confirm(`Close agent ${a.name}? Its run and tasks end, and it cannot be resumed.`)) this.act(btn, "Close agent", () => api("POST", `${this.base}/agents/${enc(a.id)}/close`, {}));
+                },
+              }
+            : null,
+        ], `Actions for ${a.name}`),
+      );
+      // What the agent is doing or waiting on, from the server's one
+      // answer; the ones that wait on a person stand out.
+      const why = a.why && a.why.text ? a.why : null;
+      const whyLine = why
+        ? h(
+            "div.node-why" + (why.needs_you ? ".needs" : ""),
+            { dataset: { kind: why.kind || "", needsYou: why.needs_you ? "yes" : "no" } },
+            why.needs_you ? h("span.badge.b-needs-you", "needs you") : null,
+            h("span.why-text", why.text),
+            time(why.since) && a.state !== "idle" ? since(why.since, " · ") : null,
+            (why.holds_up || []).length ? h("span.muted", ` · holds up ${why.holds_up.join(", ")}`) : null,
+          )
+        : null;
+      const tail = h("div.node-live.mono", { hidden: true });
+      this.liveTails.set(a.id, tail);
       const meta = [];
       if (running) meta.push(h("span", `run ${a.run.seq} · `, since(a.run.started)));
       meta.push(h("span", `${a.runs} run${a.runs === 1 ? "" : "s"} done`));
@@ -816,7 +1027,7 @@ class SessionView {
       const children = [...shellOf(a.id).map((t) => this.taskNode(t)), ...(kids.get(a.id) || []).map(node)];
       return h(
         "li.node",
-        { dataset: { agent: a.name, agentId: a.id, state: a.state } },
+        { dataset: { agent: a.name, agentId: a.id, state: a.state, needsYou: why && why.needs_you ? "yes" : "no" } },
         h(
           "div.node-row" + (sel ? ".selected" : ""),
           {
@@ -830,11 +1041,14 @@ class SessionView {
           },
           h("div.node-line", h("span.dot.s-" + a.state), h("strong.node-name", a.name), h("span.mono.muted", a.id), badge(a.state), h("span.grow"), h("span.btns", btns)),
           a.description ? h("div.node-desc", a.description) : null,
+          whyLine,
+          tail,
           h("div.node-meta", meta),
         ),
         children.length ? h("ul.tree", children) : null,
       );
     };
+    this.liveTails.clear();
     replace(this.el.tree, h("ul.tree.root", (kids.get("") || []).map(node)));
   }
 
@@ -892,11 +1106,13 @@ class SessionView {
     );
     const t = a.transcript || [];
     const last = t.length ? JSON.stringify(t[t.length - 1]).length : 0;
-    const key = `${a.id}:${t.length}:${last}`;
+    const key = `${a.id}:${t.length}:${last}:${this.times.key}`;
     if (key !== this.transcriptKey) {
       const atBottom = this.el.transcript.scrollHeight - this.el.transcript.scrollTop - this.el.transcript.clientHeight < 40;
       this.transcriptKey = key;
-      const entries = renderTranscript(t, a.name);
+      if (!this.folds.has(a.id)) this.folds.set(a.id, new Set());
+      const times = this.times.key.startsWith(a.id + ":") ? this.times.times : [];
+      const entries = renderTranscript(t, a.name, { times, open: this.folds.get(a.id) });
       replace(this.el.transcript, entries.length ? entries : h("p.muted.empty", "Nothing yet."));
       if (atBottom || this.el.transcript.dataset.fresh !== "no") this.el.transcript.scrollTop = this.el.transcript.scrollHeight;
       this.el.transcript.dataset.fresh = "no";
@@ -911,6 +1127,7 @@ class SessionView {
       else if (r.call && r.call.state === "backoff") what = `model call backs off (${r.call.retry_reason || "retry"})`;
       else if (r.call && r.call.state === "waiting-slot") what = "waiting for a model-call slot";
       else if ((r.tools || []).some((x) => !x.done)) what = "running tool calls: " + r.tools.filter((x) => !x.done).map((x) => x.name).join(", ");
+      if (a.why && a.why.text) what = a.why.text;
       now = h("div.now", h("span.spinner"), `run ${r.seq} (${r.kind}) · round ${r.round} · ${what} · `, since(r.started));
     }
     replace(this.el.activity, now);
@@ -954,8 +1171,21 @@ class SessionView {
               return h(
                 "li.item",
                 { dataset: { item: it.id, kind: it.kind } },
-                h("div.node-line", h("span.mono.muted", it.id), badge(it.kind, "kind"), badge(it.priority, "prio-" + it.priority), held ? badge("held") : null, it.from ? h("span.muted", "from " + (this.names.get(it.from) || it.from)) : null, h("span.grow"), h("span.btns", btns)),
-                it.text ? h("div.item-text", cut(it.text, 240)) : it.note ? h("div.item-text.mono", "notification " + it.note) : null,
+                h(
+                  "div.node-line",
+                  h("span.mono.muted", it.id),
+                  badge(it.kind, "kind"),
+                  badge(it.priority, "prio-" + it.priority),
+                  held ? badge("held") : null,
+                  it.note ? h("span.mono", String(it.note)) : null,
+                  it.from ? h("span.muted", "from " + (this.names.get(it.from) || it.from)) : null,
+                  time(it.enqueued) ? h("span.muted.small", { title: "queued at " + new Date(time(it.enqueued)).toLocaleString() }, clock(it.enqueued)) : null,
+                  h("span.grow"),
+                  h("span.btns", btns),
+                ),
+                // What the item is: a prompt's or message's text, a
+                // notification's summary; one line, the rest on hover.
+                it.text ? h("div.item-text", { title: it.text.length > 240 ? it.text : null }, cut(it.text.replace(/\s*\n\s*/g, " ⏎ "), 240)) : null,
               );
             }),
           ),

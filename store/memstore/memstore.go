@@ -205,7 +205,9 @@ func (m *Store) Stats() store.Stats {
 
 func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) {
 	if pr.Session != nil {
-		m.sessions[sess] = *pr.Session
+		r := *pr.Session
+		r.NeedsYou = slices.Clone(r.NeedsYou) // the caller's slice stays the caller's
+		m.sessions[sess] = r
 	}
 	if m.runs[sess] == nil {
 		m.runs[sess] = map[string]store.RunRow{}
@@ -348,6 +350,7 @@ func (m *Store) SessionList(_ context.Context, p *store.SessionListParams) ([]st
 		if (p.Owner != "" && s.Owner != p.Owner) || (p.Open && s.Closed) {
 			continue
 		}
+		s.NeedsYou = slices.Clone(s.NeedsYou)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -370,6 +373,7 @@ func (m *Store) SessionGet(_ context.Context, session string) (*store.SessionRow
 	if !ok {
 		return nil, fmt.Errorf("session %s: %w", session, store.ErrNotFound)
 	}
+	s.NeedsYou = slices.Clone(s.NeedsYou)
 	return &s, nil
 }
 

@@ -24,6 +24,7 @@ type (
 		closed                                 bool
 		created, updated                       *int64
 		lastSeq, in, out                       int64
+		needsYou                               string
 	}
 	agentVals struct {
 		session, id, name, owner, task, state string
@@ -101,7 +102,8 @@ func prepare(session string, pr *store.Projection) (*prepared, error) {
 		out.session = &sessionVals{id: c.check("session id", session), title: c.check("session title", r.Title),
 			owner: c.check("session owner", r.Owner), provider: c.check("session provider", r.Provider),
 			model: c.check("session model", r.Model), cwd: c.check("session cwd", r.Cwd), closed: r.Closed,
-			created: e.time(r.Created), updated: e.time(r.Updated), lastSeq: r.LastSeq, in: r.InputTokens, out: r.OutputTokens}
+			created: e.time(r.Created), updated: e.time(r.Updated), lastSeq: r.LastSeq, in: r.InputTokens, out: r.OutputTokens,
+			needsYou: e.lines(r.NeedsYou)}
 	}
 	for _, a := range pr.Agents {
 		out.agents = append(out.agents, agentVals{session: session, id: c.check("agent id", a.ID), name: c.check("agent name", a.Name),
@@ -350,7 +352,7 @@ func cols(spec ...string) []column {
 
 var (
 	sessionColumns = cols("id", "text", "title", "text", "owner", "text", "provider", "text", "model", "text", "cwd", "text",
-		"closed", "bool", "created", "bigint", "updated", "bigint", "last_seq", "bigint", "input_tokens", "bigint", "output_tokens", "bigint")
+		"closed", "bool", "created", "bigint", "updated", "bigint", "last_seq", "bigint", "input_tokens", "bigint", "output_tokens", "bigint", "needs_you", "text")
 	agentCols = cols("session", "text", "id", "text", "name", "text", "owner", "text", "task", "text", "state", "text",
 		"runs", "bigint", "inbox", "bigint", "input_tokens", "bigint", "output_tokens", "bigint")
 	runCols = cols("session", "text", "agent", "text", "seq", "bigint", "kind", "text", "status", "text", "started", "bigint",
@@ -423,11 +425,13 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 	if n := g.sessions.len(); n > 0 {
 		id, title, owner, provider, model, cwd := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		closed, created, updated, last, in, out := make([]bool, 0, n), make([]*int64, 0, n), make([]*int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		needs := make([]string, 0, n)
 		g.sessions.each(func(r *sessionVals) {
 			id, title, owner, provider, model, cwd = append(id, r.id), append(title, r.title), append(owner, r.owner), append(provider, r.provider), append(model, r.model), append(cwd, r.cwd)
 			closed, created, updated, last, in, out = append(closed, r.closed), append(created, r.created), append(updated, r.updated), append(last, r.lastSeq), append(in, r.in), append(out, r.out)
+			needs = append(needs, r.needsYou)
 		})
-		b.Queue(upsertSessions, id, title, owner, provider, model, cwd, closed, created, updated, last, in, out)
+		b.Queue(upsertSessions, id, title, owner, provider, model, cwd, closed, created, updated, last, in, out, needs)
 		reads = append(reads, exec("upsert sessions"))
 	}
 	if n := g.agents.len(); n > 0 {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +17,31 @@ import (
 // enc converts times for storage, as unix nanoseconds (NULL for the zero
 // time), remembering the first time out of that range.
 type enc struct{ err error }
+
+// lines encodes a list of one-line texts for a text column: a JSON array
+// (which escapes what PostgreSQL's text refuses), or "" for none.
+func (e *enc) lines(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("encode %q: %w", v, err)
+	}
+	return string(b)
+}
+
+// linesFrom decodes what lines encoded.
+func linesFrom(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var v []string
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, fmt.Errorf("decode %q: %w", s, err)
+	}
+	return v, nil
+}
 
 func (e *enc) time(t time.Time) *int64 {
 	if t.IsZero() {
@@ -392,14 +418,20 @@ func (s *Store) SnapshotLoad(ctx context.Context, session string) (*store.Snapsh
 	return snap, nil
 }
 
-const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens`
+const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens, needs_you`
 
 func scanSession(row pgx.Row) (store.SessionRow, error) {
 	var r store.SessionRow
 	var created, updated *int64
+	var needs string
 	err := row.Scan(&r.ID, &r.Title, &r.Owner, &r.Provider, &r.Model, &r.Cwd, &r.Closed, &created, &updated,
-		&r.LastSeq, &r.InputTokens, &r.OutputTokens)
+		&r.LastSeq, &r.InputTokens, &r.OutputTokens, &needs)
 	r.Created, r.Updated = fromNanos(created), fromNanos(updated)
+	if err == nil {
+		if r.NeedsYou, err = linesFrom(needs); err != nil {
+			err = fmt.Errorf("session %s: needs_you: %w", r.ID, err)
+		}
+	}
 	return r, err
 }
 

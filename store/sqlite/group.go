@@ -48,7 +48,7 @@ func newTable(name string, keys int, cols ...string) *table {
 }
 
 var (
-	sessionsTable = newTable("sessions", 1, "id", "title", "owner", "provider", "model", "cwd", "closed", "created", "updated", "last_seq", "input_tokens", "output_tokens")
+	sessionsTable = newTable("sessions", 1, "id", "title", "owner", "provider", "model", "cwd", "closed", "created", "updated", "last_seq", "input_tokens", "output_tokens", "needs_you")
 	agentsTable   = newTable("agents", 2, "session", "id", "name", "owner", "task", "state", "runs", "inbox", "input_tokens", "output_tokens")
 	runsTable     = newTable("runs", 3, "session", "agent", "seq", "kind", "status", "started", "ended", "reply", "error", "input_tokens", "output_tokens")
 	tasksTable    = newTable("tasks", 2, "session", "id", "kind", "owner", "agent", "status", "command", "started", "ended", "exit_code")
@@ -112,7 +112,7 @@ func (g *group) stage(session string, pr *store.Projection, res *store.AppendRes
 	var e enc
 	if r := pr.Session; r != nil {
 		g.table(sessionsTable).put(session, []any{session, r.Title, r.Owner, r.Provider, r.Model, r.Cwd, r.Closed,
-			e.time(r.Created), e.time(r.Updated), r.LastSeq, r.InputTokens, r.OutputTokens})
+			e.time(r.Created), e.time(r.Updated), r.LastSeq, r.InputTokens, r.OutputTokens, e.lines(r.NeedsYou)})
 	}
 	for _, a := range pr.Agents {
 		g.table(agentsTable).put(session+"\x00"+a.ID, []any{session, a.ID, a.Name, a.Owner, a.Task, a.State, a.Runs, a.Inbox,

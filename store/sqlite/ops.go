@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -28,6 +29,31 @@ func (e *enc) time(t time.Time) any {
 		return nil
 	}
 	return t.UnixNano()
+}
+
+// lines encodes a list of one-line texts for a TEXT column: a JSON array,
+// or "" for none.
+func (e *enc) lines(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil && e.err == nil {
+		e.err = fmt.Errorf("encode %q: %w", v, err)
+	}
+	return string(b)
+}
+
+// linesFrom decodes what lines encoded.
+func linesFrom(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var v []string
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, fmt.Errorf("decode %q: %w", s, err)
+	}
+	return v, nil
 }
 
 func fromNanos(n sql.NullInt64) time.Time {
@@ -397,16 +423,22 @@ func (s *Store) SnapshotLoad(ctx context.Context, session string) (*store.Snapsh
 	return snap, nil
 }
 
-const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens`
+const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens, needs_you`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanSession(sc scanner) (store.SessionRow, error) {
 	var r store.SessionRow
 	var created, updated sql.NullInt64
+	var needs string
 	err := sc.Scan(&r.ID, &r.Title, &r.Owner, &r.Provider, &r.Model, &r.Cwd, &r.Closed, &created, &updated,
-		&r.LastSeq, &r.InputTokens, &r.OutputTokens)
+		&r.LastSeq, &r.InputTokens, &r.OutputTokens, &needs)
 	r.Created, r.Updated = fromNanos(created), fromNanos(updated)
+	if err == nil {
+		if r.NeedsYou, err = linesFrom(needs); err != nil {
+			err = fmt.Errorf("session %s: needs_you: %w", r.ID, err)
+		}
+	}
 	return r, err
 }
 

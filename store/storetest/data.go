@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,7 +101,57 @@ func testSnapshot(t *testing.T, s store.Store) {
 func sameSession(a, b store.SessionRow) bool {
 	return a.ID == b.ID && a.Title == b.Title && a.Owner == b.Owner && a.Provider == b.Provider && a.Model == b.Model &&
 		a.Cwd == b.Cwd && a.Closed == b.Closed && a.Created.Equal(b.Created) && a.Updated.Equal(b.Updated) &&
-		a.LastSeq == b.LastSeq && a.InputTokens == b.InputTokens && a.OutputTokens == b.OutputTokens
+		a.LastSeq == b.LastSeq && a.InputTokens == b.InputTokens && a.OutputTokens == b.OutputTokens &&
+		slices.Equal(a.NeedsYou, b.NeedsYou)
+}
+
+// testNeedsYou: a session row's reasons for a person to act are stored
+// with it, in order and verbatim, and read back by SessionGet and
+// SessionList; a later step (with events or with rows only) replaces them,
+// and a row with none clears them.
+func testNeedsYou(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	get := func(what string, want []string) {
+		t.Helper()
+		got, err := s.SessionGet(ctx, "s1")
+		if err != nil || !slices.Equal(got.NeedsYou, want) {
+			t.Fatalf("%s: session s1's needs_you %q, %v; want %q", what, got.NeedsYou, err, want)
+		}
+		list, err := s.SessionList(ctx, &store.SessionListParams{})
+		if err != nil {
+			t.Fatalf("%s: list: %v", what, err)
+		}
+		for _, r := range list {
+			if want := []string(nil); r.ID == "s2" && !slices.Equal(r.NeedsYou, want) {
+				t.Fatalf("%s: session s2's needs_you %q; want none", what, r.NeedsYou)
+			}
+		}
+		if len(list) != 2 || list[1].ID != "s1" || !slices.Equal(list[1].NeedsYou, want) {
+			t.Fatalf("%s: list %+v; want s1's needs_you %q", what, list, want)
+		}
+	}
+	row := store.SessionRow{ID: "s1", Created: base, Updated: base, LastSeq: 1,
+		NeedsYou: []string{"approval p1: Bash (main)", "run failed: worker", `quote " comma, back\slash é 🙂`}}
+	l := acquire(t, s, "s1", "node-a", base)
+	appendOK(t, s, "s1", l.Epoch, recs("s1", 1, 1, "create"), &store.Projection{Session: &row})
+	other := store.SessionRow{ID: "s2", Created: base.Add(time.Hour), Updated: base.Add(time.Hour), LastSeq: 1}
+	appendOK(t, s, "s2", acquire(t, s, "s2", "node-a", base).Epoch, recs("s2", 1, 1, "create"), &store.Projection{Session: &other})
+	get("created", row.NeedsYou)
+
+	row.NeedsYou, row.LastSeq = []string{"budget spent: main"}, 2
+	appendOK(t, s, "s1", l.Epoch, recs("s1", 2, 1, "step"), &store.Projection{Session: &row})
+	get("replaced", row.NeedsYou)
+
+	// Rows alone, with no event (a projection written after its steps).
+	row.NeedsYou = []string{"approval p2: Write (a1)", "budget spent: main"}
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "s1", Epoch: l.Epoch, Projection: &store.Projection{Session: &row}}); err != nil {
+		t.Fatal(err)
+	}
+	get("replaced by rows alone", row.NeedsYou)
+
+	row.NeedsYou, row.LastSeq = nil, 3
+	appendOK(t, s, "s1", l.Epoch, recs("s1", 3, 1, "step"), &store.Projection{Session: &row})
+	get("cleared", nil)
 }
 
 func sameRun(a, b store.RunRow) bool {

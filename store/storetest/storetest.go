@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Large", testLarge},
 		{"Snapshot", testSnapshot},
 		{"Projections", testProjections},
+		{"NeedsYou", testNeedsYou},
 		{"Errors", testErrors},
 		{"Text", testText},
 		{"Nodes", testNodes},

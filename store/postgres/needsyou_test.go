@@ -1,0 +1,69 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vigilrun/vigil/store"
+)
+
+// TestMigrateNeedsYou opens a database of schema version 3, whose sessions
+// have no needs_you column: its rows come back unchanged with none, and
+// new rows store their reasons.
+func TestMigrateNeedsYou(t *testing.T) {
+	dsn := testDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE schema_version (version INT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for v, name := range []string{"migrations/0001_init.sql", "migrations/0002_steps.sql", "migrations/0003_cluster.sql"} {
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, string(body)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO schema_version VALUES ($1)`, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 11, 1, 0, 0, 0, 5, time.UTC)
+	if _, err := conn.Exec(ctx, `INSERT INTO sessions (id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens)
+		VALUES ('old', 'before', 'alice', 'script', 'm', '/w', false, $1, $2, 7, 10, 20)`, at.UnixNano(), at.Add(time.Hour).UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO leases (session, owner, epoch, expires) VALUES ('old', 'n', 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openTest(t, dsn)
+	want := store.SessionRow{ID: "old", Title: "before", Owner: "alice", Provider: "script", Model: "m", Cwd: "/w",
+		Created: at, Updated: at.Add(time.Hour), LastSeq: 7, InputTokens: 10, OutputTokens: 20}
+	got, err := s.SessionGet(ctx, "old")
+	if err != nil || got.Title != want.Title || !got.Updated.Equal(want.Updated) || got.LastSeq != 7 || got.OutputTokens != 20 || got.NeedsYou != nil {
+		t.Fatalf("a version 3 row after the migration: %+v, %v; want %+v", got, err, want)
+	}
+	var version int
+	if err := s.pool.QueryRow(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&version); err != nil || version != 4 {
+		t.Errorf("schema version %d, %v; want 4", version, err)
+	}
+	want.NeedsYou, want.LastSeq = []string{"approval p1: Bash (main)"}, 8
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "old", Epoch: 1,
+		Records: []store.Record{{Seq: 1, At: at, Type: "t"}}, Projection: &store.Projection{Session: &want}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.SessionList(ctx, &store.SessionListParams{})
+	if err != nil || len(list) != 1 || !slices.Equal(list[0].NeedsYou, want.NeedsYou) {
+		t.Fatalf("after an append: %+v, %v; want needs_you %q", list, err, want.NeedsYou)
+	}
+}
