@@ -59,6 +59,7 @@ func TestSSELiveText(t *testing.T) {
 	id := string(sess.ID)
 	one := openSSE(t, ts.URL, "/api/sessions/"+id+"/events?after=0", "")
 	all := openSSE(t, ts.URL, "/api/events", "")
+	one.keepLive, all.keepLive = true, true
 	one.start()
 	all.start()
 	if _, err := rt.Prompt(ctx, sess.ID, &vigil.PromptParams{Text: "go"}); err != nil {
@@ -123,6 +124,7 @@ func TestSSELiveText(t *testing.T) {
 	// Reconnect with the last id: the live frames did not move it.
 	one.close()
 	again := openSSE(t, ts.URL, "/api/sessions/"+id+"/events", strconv.FormatInt(lastSeq, 10))
+	again.keepLive = true
 	if start := again.start(); start != lastSeq {
 		t.Fatalf("reconnected stream starts after %d, want %d", start, lastSeq)
 	}
@@ -153,6 +155,7 @@ func TestSSELiveText(t *testing.T) {
 	}
 	// A stream from the beginning replays committed events only.
 	replay := openSSE(t, ts.URL, "/api/sessions/"+id+"/events?after=0", "")
+	replay.keepLive = true
 	replay.start()
 	for seq := int64(1); seq < next; seq++ {
 		ev, err := replay.next()

@@ -30,6 +30,9 @@ type sseStream struct {
 	resp   *http.Response
 	br     *bufio.Reader
 	cancel context.CancelFunc
+
+	keepLive    bool // next returns live text frames too
+	skippedLive int  // live text frames next skipped
 }
 
 // openSSE connects to path; lastID, when set, is sent as Last-Event-ID.
@@ -66,8 +69,22 @@ func openSSEWith(t testing.TB, client *http.Client, base, path, lastID string) *
 	return s
 }
 
-// next reads the next event, skipping comments and retry lines.
+// next reads the next event, skipping comments and retry lines, and live
+// text frames unless the stream's keepLive is set: they have no id and
+// no place in the order the other tests check, so it counts them in
+// skippedLive instead.
 func (s *sseStream) next() (sseEvent, error) {
+	for {
+		ev, err := s.frame()
+		if err != nil || s.keepLive || !ev.data.Live {
+			return ev, err
+		}
+		s.skippedLive++
+	}
+}
+
+// frame reads the next event frame, whatever it is.
+func (s *sseStream) frame() (sseEvent, error) {
 	var ev sseEvent
 	var data string
 	for {
