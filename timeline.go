@@ -1,6 +1,7 @@
 package vigil
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,6 +22,9 @@ import (
 // concurrent use.
 type Timeline struct {
 	names map[AgentID]string
+	// asked are the agents of the permission requests seen, by request:
+	// the line of an answer names the agent that asked.
+	asked map[core.ApprovalID]core.AgentID
 }
 
 // TimelineLine is one event told for people.
@@ -38,7 +42,7 @@ type TimelineLine struct {
 // (SessionDetail.Agents), so that lines about them carry their names; a
 // timeline that sees the session from its first event needs none.
 func NewTimeline(agents ...Agent) *Timeline {
-	t := &Timeline{names: map[AgentID]string{MainAgent: "main"}}
+	t := &Timeline{names: map[AgentID]string{MainAgent: "main"}, asked: map[core.ApprovalID]core.AgentID{}}
 	for _, a := range agents {
 		t.names[a.ID] = a.Name
 	}
@@ -100,9 +104,19 @@ func (t *Timeline) who(body core.Body) string {
 		return t.name(b.Agent)
 	case *core.ApprovalRequested:
 		return t.name(b.Approval.Agent)
+	case *core.ApprovalResolved:
+		if a, ok := t.asked[b.Approval]; ok {
+			delete(t.asked, b.Approval)
+			return t.name(a)
+		}
+	case *core.HoldSet, *core.HoldReleased, *core.PermissionRuleAdded:
+		return "user"
 	case *core.AgentCreated:
 		return t.name(b.Agent.Owner)
 	case *core.ItemsReturned:
+		if len(b.Items) == 0 {
+			return ""
+		}
 		return t.name(b.Agent)
 	case *core.RetryScheduled:
 		return t.name(b.Agent)
@@ -156,15 +170,25 @@ func (t *Timeline) describe(body core.Body) string {
 		if n.Reply != "" {
 			s += ": " + text.OneLine(n.Reply, 80)
 		}
-		if n.ExitCode != nil {
+		switch {
+		case n.ExitCode != nil && *n.ExitCode < 0 && n.Error != "":
+			s += ": " + text.OneLine(n.Error, 60) // the signal that ended it
+		case n.ExitCode != nil:
 			s += fmt.Sprintf(": exit %d", *n.ExitCode)
 		}
 		return s
 	case *core.MessageSent:
 		m := b.Msg
 		s := fmt.Sprintf("message %s → %s: %s", m.ID, t.name(m.To), m.Outcome)
-		if m.Outcome == core.OutcomePending {
+		switch m.Outcome {
+		case core.OutcomePending:
 			s += fmt.Sprintf(" (its model round is in flight: joins run %d, or run %d answers)", m.Run, m.Run+1)
+		case core.OutcomeJoined:
+			s += fmt.Sprintf(" (run %d sees it at its next model round)", m.Run)
+		case core.OutcomeResumed:
+			s += fmt.Sprintf(" (the agent was idle; run %d answers)", m.Run)
+		case core.OutcomeQueuedBehindStop:
+			s += fmt.Sprintf(" (run %d answers)", m.Run+1)
 		}
 		if m.Reason != "" {
 			s += " (" + m.Reason + ")"
@@ -190,10 +214,47 @@ func (t *Timeline) describe(body core.Body) string {
 	case *core.ModelCallRetrying:
 		return fmt.Sprintf("model call %s backs off until %s: %s", b.Call, b.Until.Format("15:04:05.000"), b.Reason)
 	case *core.ApprovalRequested:
-		return fmt.Sprintf("waits for permission %s: %s", b.Approval.ID, b.Approval.Tool)
+		p := b.Approval
+		t.asked[p.ID] = p.Agent
+		s := fmt.Sprintf("waits for permission %s: %s", p.ID, p.Tool)
+		if in := toolInputBrief(p.Input); in != "" {
+			s += " " + in
+		}
+		if p.Reason != "" {
+			s += " (" + text.OneLine(p.Reason, 80) + ")"
+		}
+		return s
+	case *core.ApprovalResolved:
+		s := fmt.Sprintf("permission %s denied", b.Approval)
+		if b.Allow {
+			s = fmt.Sprintf("permission %s allowed", b.Approval)
+		}
+		if b.By != "" {
+			s += " by " + b.By
+		}
+		if b.Reason != "" {
+			s += ": " + text.OneLine(b.Reason, 80)
+		}
+		return s
+	case *core.PermissionRuleAdded:
+		s := "allowed from now on: " + b.Rule
+		if b.Approval != "" {
+			s += fmt.Sprintf(" (answering %s always)", b.Approval)
+		}
+		return s
 	case *core.HoldSet:
-		return "user queue held"
+		s := "user queue held"
+		if b.By != "" && b.By != "user" {
+			s += " by " + b.By
+		}
+		if b.Reason != "" {
+			s += ": " + text.OneLine(b.Reason, 80)
+		}
+		return s
 	case *core.HoldReleased:
+		if b.By != "" && b.By != "user" {
+			return "user queue resumed by " + b.By
+		}
 		return "user queue resumed"
 	case *core.Dropped:
 		return fmt.Sprintf("DROPPED %s: %s", b.What, b.Reason)
@@ -210,6 +271,9 @@ func (t *Timeline) describe(body core.Body) string {
 		}
 		return "recovered after a restart"
 	case *core.ItemsReturned:
+		if len(b.Items) == 0 {
+			return ""
+		}
 		return fmt.Sprintf("run %d gave %d unseen item(s) back to the inbox", b.Seq, len(b.Items))
 	case *core.RetryScheduled:
 		r := b.Retry
@@ -220,4 +284,19 @@ func (t *Timeline) describe(body core.Body) string {
 		return "released by " + b.By
 	}
 	return ""
+}
+
+// toolInputBrief is a tool call's input in a few words: its command or
+// path when it has one, else its JSON.
+func toolInputBrief(in json.RawMessage) string {
+	var fields map[string]any
+	if json.Unmarshal(in, &fields) != nil || len(fields) == 0 {
+		return ""
+	}
+	for _, k := range []string{"command", "file_path", "path", "pattern", "url"} {
+		if s, ok := fields[k].(string); ok && s != "" {
+			return text.OneLine(s, 80)
+		}
+	}
+	return text.OneLine(string(in), 80)
 }

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vigilrun/vigil"
-	"github.com/vigilrun/vigil/internal/text"
 )
 
 // timeline prints a session's events as they commit: time, agent, what
@@ -32,14 +31,12 @@ type timeline struct {
 	last   int64
 	// live shows live text; nil when w is not a terminal.
 	live *liveLine
-	// asked are the agents of the permission requests seen, by request.
-	asked map[string]string
 }
 
 // newTimeline prints in format text, stream-json or raw (nothing);
 // agents are the session's agents before the first event it is given.
 func newTimeline(w io.Writer, start time.Time, format string, agents ...vigil.Agent) *timeline {
-	t := &timeline{w: w, start: start, format: format, tl: vigil.NewTimeline(agents...), asked: map[string]string{}}
+	t := &timeline{w: w, start: start, format: format, tl: vigil.NewTimeline(agents...)}
 	if f, ok := w.(*os.File); ok && format == "text" && term.IsTerminal(int(f.Fd())) {
 		width := 80
 		if c, _, err := term.GetSize(int(f.Fd())); err == nil && c > 20 {
@@ -74,10 +71,6 @@ func (t *timeline) record(e vigil.Event) {
 		t.print(fmt.Sprintf("?? %v", err))
 		return
 	}
-	if more, extra := t.approvalsAndHolds(e, &line); extra {
-		ok = true
-		line.Text = more
-	}
 	if t.live != nil {
 		t.live.committed(e)
 	}
@@ -97,96 +90,6 @@ func (t *timeline) print(s string) {
 	t.live.erase(t.w)
 	fmt.Fprintln(t.w, s)
 	t.live.redraw(t.w, t.start)
-}
-
-// approvalsAndHolds tells what vigil.Timeline leaves out of permission
-// requests and holds: what a request asks to run, how it was answered,
-// and why the user queue is held. extra is false when e is none of
-// those, or says nothing more.
-func (t *timeline) approvalsAndHolds(e vigil.Event, line *vigil.TimelineLine) (string, bool) {
-	switch e.Type {
-	case "approval.requested":
-		var b struct {
-			Approval struct {
-				ID     string          `json:"id"`
-				Agent  string          `json:"agent"`
-				Tool   string          `json:"tool"`
-				Input  json.RawMessage `json:"input"`
-				Reason string          `json:"reason"`
-			} `json:"approval"`
-		}
-		if json.Unmarshal(e.Data, &b) != nil {
-			return "", false
-		}
-		p := b.Approval
-		t.asked[p.ID] = line.Who
-		s := fmt.Sprintf("waits for permission %s: %s", p.ID, p.Tool)
-		if in := toolInput(p.Input); in != "" {
-			s += " " + in
-		}
-		if p.Reason != "" {
-			s += " (" + text.OneLine(p.Reason, 80) + ")"
-		}
-		return s, true
-	case "approval.resolved":
-		var b struct {
-			Approval string `json:"approval"`
-			Allow    bool   `json:"allow"`
-			By       string `json:"by"`
-			Reason   string `json:"reason"`
-		}
-		if json.Unmarshal(e.Data, &b) != nil {
-			return "", false
-		}
-		answer := "denied"
-		if b.Allow {
-			answer = "allowed"
-		}
-		s := fmt.Sprintf("permission %s %s", b.Approval, answer)
-		if b.By != "" {
-			s += " by " + b.By
-		}
-		if b.Reason != "" {
-			s += ": " + text.OneLine(b.Reason, 80)
-		}
-		line.Who = orDefault(t.asked[b.Approval], "·")
-		delete(t.asked, b.Approval)
-		line.Seq, line.At = e.Seq, e.At
-		return s, true
-	case "hold.set":
-		var b struct {
-			By     string `json:"by"`
-			Reason string `json:"reason"`
-		}
-		if json.Unmarshal(e.Data, &b) != nil || b.By == "" && b.Reason == "" {
-			return "", false
-		}
-		s := "user queue held"
-		if b.By != "" {
-			s += " by " + b.By
-		}
-		if b.Reason != "" {
-			s += ": " + text.OneLine(b.Reason, 80)
-		}
-		line.Who = "user"
-		return s, true
-	}
-	return "", false
-}
-
-// toolInput is a tool call's input in a few words: its command or path
-// when it has one, else its JSON.
-func toolInput(in json.RawMessage) string {
-	var fields map[string]any
-	if json.Unmarshal(in, &fields) != nil || len(fields) == 0 {
-		return ""
-	}
-	for _, k := range []string{"command", "file_path", "path", "pattern", "url"} {
-		if s, ok := fields[k].(string); ok && s != "" {
-			return text.OneLine(s, 80)
-		}
-	}
-	return text.OneLine(string(in), 80)
 }
 
 // recordLive prints a live event: with stream-json as a line marked

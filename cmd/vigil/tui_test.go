@@ -210,7 +210,7 @@ func TestTUICoordinator(t *testing.T) {
 	}
 	saveScreen(t, "tui-80x24-approval.txt", s)
 	p.keys("y")
-	p.waitText(10*time.Second, "allowed once")
+	p.waitText(10*time.Second, "permission p1 allowed by user")
 	s = p.waitFor("the session quiescent", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "← notification t3#2") && strings.Contains(s, "quiescent") && !strings.Contains(s, "(streaming)")
 	})
@@ -285,7 +285,7 @@ func TestTUICoordinator(t *testing.T) {
 	p.typeText("/resume")
 	p.keys("Enter")
 	p.waitFor("the hold released", 5*time.Second, func(s string) bool {
-		return strings.Contains(s, "user prompts released") && !strings.Contains(s, "HELD")
+		return strings.Contains(s, "user queue resumed") && !strings.Contains(s, "HELD")
 	})
 
 	// Wide, the side pane sits beside the conversation: the README's
@@ -388,5 +388,141 @@ func TestTUIReconnects(t *testing.T) {
 		}
 	}
 	saveScreen(t, "tui-reconnect.txt", s)
+	p.keys("C-c")
+}
+
+// tuiControls is a session for the client's controls: a command whose
+// long output folds, a background command to stop, a command to deny, and
+// a long round to cancel.
+const tuiControls = `name: tui-controls
+agents:
+  main:
+    on:
+      prompt:
+        - say: "Counting first."
+          tools:
+            - Bash: {command: "seq 1 40", description: "count"}
+        - say: "Starting the build in the background."
+          tools:
+            - Bash: {command: "sleep 120", description: "a long build", run_in_background: true}
+        - say: "The build runs in the background."
+        - say: "Cleaning up."
+          tools:
+            - Bash: {command: "rm -rf build"}
+        - say: "Left the build directory alone."
+        - delay: 120s
+          say: "this round is cancelled before it ends"
+      notification:
+        - say: "The build ended: {{.Notification.Status}}."
+`
+
+// TestTUIControls drives the client's controls at 80×24: "always" and
+// "deny" answers to permission requests, a command's output folded and
+// unfolded, /stop of a background task, Esc cancelling the round in
+// flight, and /sessions then /session to open the session again.
+func TestTUIControls(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sc := filepath.Join(dir, "scenario.yaml")
+	if err := os.WriteFile(sc, []byte(tuiControls), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startTmux(t, 80, 24, []string{"VIGIL_DATA=" + filepath.Join(dir, "data")},
+		"chat", "--script", sc, "--cwd", work, "--permission-mode", "ask", "Build it")
+
+	// "always" for the count: the rule it adds shows, once.
+	p.waitText(20*time.Second, "wants Bash", "seq 1 40", "[a] always")
+	p.keys("a")
+	s := p.waitText(10*time.Second, "permission p1 allowed by user", "allowed from now on: Bash(")
+	// Its 40 lines fold to one line; Ctrl+O unfolds them to the first and
+	// last eight.
+	s = p.waitText(10*time.Second, "▸ main Bash seq 1 40 ✓ 40 lines")
+	// The background build asks too: allowed once.
+	s = p.waitText(10*time.Second, "wants Bash", "sleep 120")
+	p.keys("y")
+	s = p.waitText(10*time.Second, "permission p2 allowed by user", "The build runs in the background.")
+	p.keys("C-o")
+	s = p.waitText(5*time.Second, "    40\n")
+	for i := 0; !strings.Contains(s, "▾ main Bash seq 1 40 ✓ 40 lines"); i++ {
+		if i == 5 {
+			t.Fatalf("scrolling up never showed the unfolded command:\n%s", s)
+		}
+		prev := p.screen()
+		p.keys("PPage")
+		s += p.waitFor("the conversation scrolled", 5*time.Second, func(s string) bool { return s != prev })
+	}
+	if !strings.Contains(s, "… 24 lines folded …") {
+		t.Errorf("the unfolded output does not say 24 lines are folded:\n%s", s)
+	}
+	for _, want := range []string{"    1\n", "    8\n", "    33\n", "    40\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the unfolded output lacks line %q:\n%s", strings.TrimSpace(want), s)
+		}
+	}
+	if strings.Contains(s, "    20\n") {
+		t.Errorf("the unfolded output shows a folded line (20):\n%s", s)
+	}
+	p.keys("C-o")
+	p.keys("NPage")
+
+	// The running task shows in the side pane with its elapsed time;
+	// /stop ends it, and its notification wakes main.
+	p.keys("C-t")
+	s = p.waitFor("the build in the side pane", 10*time.Second, func(s string) bool {
+		return regexp.MustCompile(`t1 running \d+s sleep 120`).MatchString(s)
+	})
+	p.keys("C-t")
+	p.typeText("/stop t1")
+	p.keys("Enter")
+	s = p.waitText(15*time.Second, "task t1 stopping", "The build ended: stopped.")
+	if c := strings.Count(s, "task t1 stopping"); c != 1 {
+		t.Errorf("the stop shows %d times, want once:\n%s", c, s)
+	}
+
+	// A prompt whose command is denied with n.
+	p.typeText("clean up")
+	p.waitText(5*time.Second, "› clean up")
+	p.keys("Enter")
+	p.waitText(15*time.Second, "wants Bash", "rm -rf build")
+	p.keys("n")
+	s = p.waitText(10*time.Second, "permission p3 denied by user", "Left the build directory alone.")
+
+	// A long round, cancelled with Esc while its model call is in flight.
+	p.typeText("one more round")
+	p.keys("Enter")
+	p.waitText(15*time.Second, "main: model call in flight")
+	p.keys("Escape")
+	s = p.waitFor("the round cancelled", 15*time.Second, func(s string) bool {
+		return strings.Contains(s, "cancelling main's round in flight") && strings.Contains(s, "cancelled") && strings.Contains(s, "quiescent")
+	})
+	if strings.Contains(s, "this round is cancelled before it ends") {
+		t.Errorf("the cancelled round's text shows:\n%s", s)
+	}
+	saveScreen(t, "tui-controls.txt", s)
+
+	// /sessions lists the session; /new then /session opens it again from
+	// its first event.
+	m := regexp.MustCompile(`(?m)^ ([0-9a-z]{6,}) · `).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("the status line names no session:\n%s", s)
+	}
+	id := m[1]
+	p.typeText("/sessions")
+	p.keys("Enter")
+	p.waitText(10*time.Second, "sessions (open one with /session ID):", "  "+id+"  open")
+	p.typeText("/new")
+	p.keys("Enter")
+	p.waitText(5*time.Second, "the next prompt starts a new session", "no session yet")
+	p.typeText("/session " + id)
+	p.keys("Enter")
+	last := regexp.MustCompile(` · seq (\d+) · `).FindStringSubmatch(s)
+	if last == nil {
+		t.Fatalf("the status line shows no seq:\n%s", s)
+	}
+	// Opened again, it shows the session to its last event.
+	s = p.waitText(15*time.Second, "run 4 cancelled", " · seq "+last[1]+" · quiescent")
 	p.keys("C-c")
 }

@@ -114,22 +114,22 @@ func (m *model) command(v string) tea.Cmd {
 			m.note("%-10s %-9s %s", c.name, c.args, c.help)
 		}
 	case "/hold":
-		return m.post("hold", server.HoldRequest{Reason: arg}, "user prompts held")
+		return m.post("hold", server.HoldRequest{Reason: arg}, "hold the user queue", false)
 	case "/resume":
-		return m.post("resume", nil, "user prompts released")
+		return m.post("resume", nil, "resume the user queue", false)
 	case "/stop":
 		if need("a task id") {
-			return m.post("tasks/"+url.PathEscape(arg)+"/stop", nil, "task "+arg+" stopping")
+			return m.post("tasks/"+url.PathEscape(arg)+"/stop", nil, "task "+arg+" stopping", true)
 		}
 	case "/cancel":
 		agent := arg
 		if agent == "" {
 			agent = "main"
 		}
-		return m.post("agents/"+url.PathEscape(agent)+"/cancel", nil, "cancelling "+agent+"'s round in flight")
+		return m.cancelRound(agent)
 	case "/retry":
 		if need("an agent") {
-			return m.post("agents/"+url.PathEscape(arg)+"/retry", nil, arg+" retried")
+			return m.post("agents/"+url.PathEscape(arg)+"/retry", nil, "retry "+arg, false)
 		}
 	case "/approve", "/always", "/deny":
 		if need("a request id (the ⚠ line names it)") {

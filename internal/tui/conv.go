@@ -3,6 +3,8 @@ package tui
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,9 +206,33 @@ func (t *toolCall) body() []string {
 		out = fold(strings.Join(out, "\n"), expandedMax/2, expandedMax/2)
 	}
 	if t.done && t.result != "" {
-		out = append(out, fold(t.result, foldHead, foldTail)...)
+		out = append(out, fold(readable(t.result), foldHead, foldTail)...)
 	}
 	return out
+}
+
+// readable is a tool's result for people: a JSON object (a background
+// command's receipt) as one "key: value" line per field, anything else
+// as it is.
+func readable(result string) string {
+	if !strings.HasPrefix(result, "{") {
+		return result
+	}
+	var fields map[string]any
+	if json.Unmarshal([]byte(result), &fields) != nil {
+		return result
+	}
+	keys := slices.Sorted(maps.Keys(fields))
+	var b strings.Builder
+	for _, k := range keys {
+		v, ok := fields[k].(string)
+		if !ok {
+			j, _ := json.Marshal(fields[k])
+			v = string(j)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", k, v)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // oneLine joins s's lines with spaces.

@@ -57,6 +57,16 @@ func (d *detail) agentName(id vigil.AgentID) string {
 	return string(id)
 }
 
+// mainAgent is the session's main agent, nil before the session is read.
+func (d *detail) mainAgent() *vigil.Agent {
+	for i := range d.Agents {
+		if d.Agents[i].ID == vigil.MainAgent {
+			return &d.Agents[i]
+		}
+	}
+	return nil
+}
+
 // whyOf says what an agent does or waits on: the server's line when it
 // gives one, else a line made from the agent's run.
 func (d *detail) whyOf(a vigil.Agent) string {

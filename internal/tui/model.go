@@ -70,10 +70,13 @@ type model struct {
 	sideNarrow, hideWide bool
 	expanded             bool
 	conv                 viewport.Model
-	input                textinput.Model
-	md                   *glamour.TermRenderer
-	mdWidth              int
-	convDirty            bool
+	// follow keeps the conversation at its end as it grows: until the
+	// user scrolls up, and again once they scroll back down or send.
+	follow    bool
+	input     textinput.Model
+	md        *glamour.TermRenderer
+	mdWidth   int
+	convDirty bool
 
 	quitting bool
 	fatal    error
@@ -88,7 +91,7 @@ func newModel(ctx context.Context, opts Options) *model {
 	m := &model{
 		ctx: ctx, api: opts.API, opts: opts, session: opts.Session,
 		tools: map[string]*entry{}, live: map[string]*live{}, tl: vigil.NewTimeline(),
-		input: in, conv: viewport.New(80, 20), width: 80, height: 24,
+		input: in, conv: viewport.New(80, 20), width: 80, height: 24, follow: true,
 	}
 	m.conv.KeyMap = viewport.KeyMap{} // keys go to the input; PgUp/PgDn scroll
 	return m
@@ -158,6 +161,15 @@ func (m *model) reset() {
 // Update implements tea.Model.
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	var cmds []tea.Cmd
+	if k, ok := msg.(tea.KeyMsg); ok && k.Type == tea.KeyRunes && len(k.Runes) > 1 {
+		// Several characters at once are typed text (a fast typist over
+		// ssh, a paste without bracketed paste): text, never a key. The
+		// input's key bindings compare a key's name, and the name of the
+		// runes "up" or "left" is that of the arrow key, which would eat
+		// them; a paste's name is bracketed and matches no binding.
+		k.Paste = true
+		msg = k
+	}
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
@@ -274,7 +286,7 @@ func (m *model) key(k tea.KeyMsg) (tea.Cmd, bool) {
 		if m.session == "" {
 			return nil, true
 		}
-		return m.post("agents/main/cancel", nil, "cancelling main's round in flight"), true
+		return m.cancelRound("main"), true
 	case tea.KeyTab:
 		m.complete()
 		return nil, true
@@ -287,9 +299,11 @@ func (m *model) key(k tea.KeyMsg) (tea.Cmd, bool) {
 		return nil, true
 	case tea.KeyPgUp:
 		m.conv.HalfViewUp()
+		m.follow = m.conv.AtBottom()
 		return nil, true
 	case tea.KeyPgDown:
 		m.conv.HalfViewDown()
+		m.follow = m.conv.AtBottom()
 		return nil, true
 	case tea.KeyRunes:
 		if m.input.Value() == "" && len(k.Runes) == 1 && m.d != nil && len(m.d.Approvals) > 0 {
@@ -315,6 +329,8 @@ func (m *model) enter(prio vigil.Priority) tea.Cmd {
 		return nil
 	}
 	m.input.SetValue("")
+	// What is sent, and what it brings, shows at the bottom.
+	m.follow, m.convDirty = true, true
 	switch {
 	case strings.HasPrefix(v, "/"):
 		return m.command(v)
@@ -378,41 +394,39 @@ func (m *model) message(name, txt string, prio vigil.Priority) tea.Cmd {
 		if err := json.Unmarshal(b, &msg); err != nil {
 			return actionMsg{err: fmt.Errorf("message %s: decode answer: %w", name, err)}
 		}
-		return actionMsg{info: fmt.Sprintf("message %s → %s: %s", msg.ID, name, outcome(&msg))}
+		if msg.Outcome == vigil.OutcomeRejected {
+			// Told here: a message to no agent commits nothing the
+			// stream could show.
+			return actionMsg{err: fmt.Errorf("message to %s rejected: %s", name, msg.Reason)}
+		}
+		// Its outcome is the message.sent line the stream brings.
+		return actionMsg{}
 	}
 }
 
-// outcome says what happened to a message, as the sender is told.
-func outcome(m *vigil.Message) string {
-	switch m.Outcome {
-	case vigil.OutcomeJoined:
-		return fmt.Sprintf("joined (run %d sees it at its next model round)", m.Run)
-	case vigil.OutcomeQueuedBehindStop:
-		return fmt.Sprintf("queued-behind-stop (run %d answers)", m.Run+1)
-	case vigil.OutcomeResumed:
-		return fmt.Sprintf("resumed (the agent was idle; run %d answers)", m.Run)
-	case vigil.OutcomeRejected:
-		return "rejected: " + m.Reason
-	case vigil.OutcomePending:
-		return fmt.Sprintf("pending (a model round is in flight: joins run %d, or run %d answers)", m.Run, m.Run+1)
-	}
-	return string(m.Outcome)
+// cancelRound cancels agent's round in flight.
+func (m *model) cancelRound(agent string) tea.Cmd {
+	return m.post("agents/"+url.PathEscape(agent)+"/cancel", nil, "cancelling "+agent+"'s round in flight", true)
 }
 
 // answer answers a permission request.
 func (m *model) answer(id string, allow, always bool) tea.Cmd {
-	verb := "denied"
+	what := "deny " + id
 	switch {
 	case always:
-		verb = "allowed, and the same call from now on"
+		what = "allow " + id + " always"
 	case allow:
-		verb = "allowed once"
+		what = "allow " + id
 	}
-	return m.post("approvals/"+url.PathEscape(id), map[string]any{"allow": allow, "always": always}, id+": "+verb)
+	// The stream tells the answer: "permission p1 allowed by user".
+	return m.post("approvals/"+url.PathEscape(id), map[string]any{"allow": allow, "always": always}, what, false)
 }
 
-// post sends a POST under the session and notes info when it succeeds.
-func (m *model) post(sub string, body any, info string) tea.Cmd {
+// post sends a POST under the session. what says what it does: an error
+// names it, and with say the client notes it when it succeeds. Actions
+// whose committed event the stream shows (a hold, a retry) are not noted,
+// so that the conversation tells each thing once.
+func (m *model) post(sub string, body any, what string, say bool) tea.Cmd {
 	if m.session == "" {
 		m.add(&entry{kind: entryError, text: "no session yet: send a prompt first"})
 		return nil
@@ -420,9 +434,12 @@ func (m *model) post(sub string, body any, info string) tea.Cmd {
 	ctx, api, path := m.ctx, m.api, "/api/sessions/"+url.PathEscape(m.session)+"/"+sub
 	return func() tea.Msg {
 		if _, err := api.Do(ctx, "POST", path, body); err != nil {
-			return actionMsg{err: fmt.Errorf("%s: %w", info, err)}
+			return actionMsg{err: fmt.Errorf("%s: %w", what, err)}
 		}
-		return actionMsg{info: info}
+		if !say {
+			return actionMsg{}
+		}
+		return actionMsg{info: what}
 	}
 }
 
@@ -605,7 +622,12 @@ func (m *model) showSessions(msg sessionsMsg) {
 		if s.Closed {
 			state = "closed"
 		}
-		m.note("  %s  %-6s %s  %s", s.ID, state, s.Updated.Local().Format("01-02 15:04"), oneLine(s.Title))
+		line := fmt.Sprintf("  %s  %-6s %s  %s", s.ID, state, s.Updated.Local().Format("01-02 15:04"), oneLine(s.Title))
+		if len(s.NeedsYou) > 0 {
+			// What only a person can end, as the sessions list says it.
+			line += " · ⚠ needs you: " + strings.Join(s.NeedsYou, "; ")
+		}
+		m.note("%s", line)
 	}
 }
 
@@ -659,7 +681,6 @@ func (m *model) sync() {
 		m.mdWidth = convW
 		m.md, _ = glamour.NewTermRenderer(glamour.WithStandardStyle("dark"), glamour.WithWordWrap(max(convW-4, 20)))
 	}
-	bottom := m.conv.AtBottom() || m.conv.TotalLineCount() <= m.conv.Height
 	var b strings.Builder
 	for i, e := range m.entries {
 		if i > 0 {
@@ -673,7 +694,7 @@ func (m *model) sync() {
 		b.WriteString(lipgloss.NewStyle().Width(convW).Render(styleLive.Render(l.text + "▍")))
 	}
 	m.conv.SetContent(b.String())
-	if bottom {
+	if m.follow {
 		m.conv.GotoBottom()
 	}
 }
@@ -753,6 +774,9 @@ func (m *model) statusLine() string {
 			parts = append(parts, fmt.Sprintf("needs you: %d approval(s)", n))
 		} else if m.d.Quiescent {
 			parts = append(parts, "quiescent")
+		} else if main := m.d.mainAgent(); main != nil && main.Run != nil {
+			// What the session waits on first: main's why.
+			parts = append(parts, "main: "+m.d.whyOf(*main))
 		}
 	}
 	if m.gaps > 0 {

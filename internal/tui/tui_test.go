@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	tea "github.com/charmbracelet/bubbletea"
+
 	"github.com/vigilrun/vigil"
 )
 
@@ -170,5 +172,55 @@ func TestFollowReconnectsAfterTheLastEvent(t *testing.T) {
 	}
 	if !slices.Equal(seqs, []int64{1, 2, 3, 4}) || downs != 1 || ups != 2 || lives != 1 {
 		t.Errorf("events %v, %d down, %d up, %d live; want [1 2 3 4], 1, 2, 1", seqs, downs, ups, lives)
+	}
+}
+
+// TestTypedWordsAreText: characters that arrive together are text, even
+// when they spell a key's name ("up", "left", "end"): the input's key
+// bindings do not eat them.
+func TestTypedWordsAreText(t *testing.T) {
+	m := newModel(context.Background(), Options{})
+	for _, chunk := range []string{"clean", " ", "up", " the ", "left", " end", " home"} {
+		m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(chunk)})
+	}
+	if got, want := m.input.Value(), "clean up the left end home"; got != want {
+		t.Fatalf("the input holds %q, want %q", got, want)
+	}
+}
+
+// TestConversationFollowsItsEnd: the conversation stays at its end as it
+// grows and as the panes around it change height (a permission request
+// showing takes two lines), until the user scrolls up; it follows again
+// once they scroll back down.
+func TestConversationFollowsItsEnd(t *testing.T) {
+	m := newModel(context.Background(), Options{})
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	for i := range 60 {
+		m.note("line %d", i)
+	}
+	m.sync()
+	if !m.conv.AtBottom() {
+		t.Fatal("the conversation does not start at its end")
+	}
+	m.d = &detail{SessionDetail: vigil.SessionDetail{Approvals: []vigil.Approval{{ID: "p1", Agent: vigil.MainAgent, Tool: "Bash"}}}}
+	m.note("the approval's line")
+	m.sync()
+	if !m.conv.AtBottom() {
+		t.Fatal("a permission request's lines moved the conversation off its end")
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyPgUp})
+	m.note("a line while scrolled up")
+	m.sync()
+	if m.conv.AtBottom() {
+		t.Fatal("the conversation jumped to its end while the user read above it")
+	}
+	for range 10 {
+		m.Update(tea.KeyMsg{Type: tea.KeyPgDown})
+	}
+	m.d = nil
+	m.note("a line after scrolling back")
+	m.sync()
+	if !m.conv.AtBottom() {
+		t.Fatal("the conversation does not follow its end after scrolling back down")
 	}
 }
