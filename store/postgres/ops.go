@@ -2,11 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/vigilrun/vigil/store/internal/textlist"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,29 +19,14 @@ import (
 // time), remembering the first time out of that range.
 type enc struct{ err error }
 
-// lines encodes a list of one-line texts for a text column: a JSON array
-// (which escapes what PostgreSQL's text refuses), or "" for none.
+// lines encodes a list of one-line texts for a text column
+// (textlist.Encode), remembering the first error.
 func (e *enc) lines(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	b, err := json.Marshal(v)
+	s, err := textlist.Encode(v)
 	if err != nil && e.err == nil {
-		e.err = fmt.Errorf("encode %q: %w", v, err)
+		e.err = err
 	}
-	return string(b)
-}
-
-// linesFrom decodes what lines encoded.
-func linesFrom(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var v []string
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("decode %q: %w", s, err)
-	}
-	return v, nil
+	return s
 }
 
 func (e *enc) time(t time.Time) *int64 {
@@ -428,7 +414,7 @@ func scanSession(row pgx.Row) (store.SessionRow, error) {
 		&r.LastSeq, &r.InputTokens, &r.OutputTokens, &needs)
 	r.Created, r.Updated = fromNanos(created), fromNanos(updated)
 	if err == nil {
-		if r.NeedsYou, err = linesFrom(needs); err != nil {
+		if r.NeedsYou, err = textlist.Decode(needs); err != nil {
 			err = fmt.Errorf("session %s: needs_you: %w", r.ID, err)
 		}
 	}

@@ -3,12 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/vigilrun/vigil/store/internal/textlist"
 
 	"github.com/vigilrun/vigil/internal/steps"
 	"github.com/vigilrun/vigil/store"
@@ -31,29 +32,14 @@ func (e *enc) time(t time.Time) any {
 	return t.UnixNano()
 }
 
-// lines encodes a list of one-line texts for a TEXT column: a JSON array,
-// or "" for none.
+// lines encodes a list of one-line texts for a text column
+// (textlist.Encode), remembering the first error.
 func (e *enc) lines(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	b, err := json.Marshal(v)
+	s, err := textlist.Encode(v)
 	if err != nil && e.err == nil {
-		e.err = fmt.Errorf("encode %q: %w", v, err)
+		e.err = err
 	}
-	return string(b)
-}
-
-// linesFrom decodes what lines encoded.
-func linesFrom(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var v []string
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("decode %q: %w", s, err)
-	}
-	return v, nil
+	return s
 }
 
 func fromNanos(n sql.NullInt64) time.Time {
@@ -435,7 +421,7 @@ func scanSession(sc scanner) (store.SessionRow, error) {
 		&r.LastSeq, &r.InputTokens, &r.OutputTokens, &needs)
 	r.Created, r.Updated = fromNanos(created), fromNanos(updated)
 	if err == nil {
-		if r.NeedsYou, err = linesFrom(needs); err != nil {
+		if r.NeedsYou, err = textlist.Decode(needs); err != nil {
 			err = fmt.Errorf("session %s: needs_you: %w", r.ID, err)
 		}
 	}
