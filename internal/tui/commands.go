@@ -55,25 +55,84 @@ func completions(input string) []slashCommand {
 // completeInput is input completed as far as the commands it may name
 // agree, with a space after a whole name.
 func completeInput(input string) string {
-	cs := completions(input)
-	if len(cs) == 0 {
-		return input
+	var names []string
+	for _, c := range completions(input) {
+		names = append(names, c.name)
 	}
-	common := cs[0].name
-	for _, c := range cs[1:] {
-		for !strings.HasPrefix(c.name, common) {
+	return completeWord(input, names)
+}
+
+// completeWord is word completed as far as the options that start with it
+// agree, with a space after a whole option.
+func completeWord(word string, options []string) string {
+	var match []string
+	for _, o := range options {
+		if strings.HasPrefix(o, word) {
+			match = append(match, o)
+		}
+	}
+	if len(match) == 0 {
+		return word
+	}
+	common := match[0]
+	for _, o := range match[1:] {
+		for !strings.HasPrefix(o, common) {
 			common = common[:len(common)-1]
 		}
 	}
-	if len(cs) == 1 {
+	if len(match) == 1 {
 		return common + " "
 	}
 	return common
 }
 
+// argOptions are what the argument being typed may complete to: an
+// agent's name after @ or after /cancel and /retry, a running task's id
+// after /stop, a waiting request's id after /approve, /always and /deny.
+// head is the input before the argument.
+func (m *model) argOptions(input string) (head, arg string, options []string) {
+	if m.d == nil {
+		return "", "", nil
+	}
+	agents := func(prefix string) []string {
+		var out []string
+		for _, a := range m.d.Agents {
+			out = append(out, prefix+a.Name)
+		}
+		return out
+	}
+	if strings.HasPrefix(input, "@") && !strings.Contains(input, " ") {
+		return "", input, agents("@")
+	}
+	name, arg, ok := strings.Cut(input, " ")
+	if !ok || strings.Contains(arg, " ") {
+		return "", "", nil
+	}
+	head = name + " "
+	switch name {
+	case "/cancel", "/retry":
+		return head, arg, agents("")
+	case "/stop":
+		for _, t := range m.d.Tasks {
+			if t.Ended.IsZero() {
+				options = append(options, string(t.ID))
+			}
+		}
+	case "/approve", "/always", "/deny":
+		for _, p := range m.d.Approvals {
+			options = append(options, string(p.ID))
+		}
+	}
+	return head, arg, options
+}
+
 func (m *model) complete() {
 	v := m.input.Value()
-	if c := completeInput(v); c != v {
+	c := completeInput(v)
+	if head, arg, options := m.argOptions(v); len(options) > 0 {
+		c = head + completeWord(arg, options)
+	}
+	if c != v {
 		m.input.SetValue(c)
 		m.input.CursorEnd()
 	}
@@ -81,7 +140,20 @@ func (m *model) complete() {
 
 // hintLines list the commands the input may complete to.
 func (m *model) hintLines() []string {
-	cs := completions(m.input.Value())
+	v := m.input.Value()
+	if _, arg, options := m.argOptions(v); len(options) > 0 {
+		var match []string
+		for _, o := range options {
+			if strings.HasPrefix(o, arg) {
+				match = append(match, o)
+			}
+		}
+		if len(match) == 0 || len(match) == 1 && match[0] == arg {
+			return nil
+		}
+		return []string{styleDim.Render(truncate("  "+strings.Join(match, "  ")+"   (Tab completes)", m.width))}
+	}
+	cs := completions(v)
 	if len(cs) == 0 {
 		return nil
 	}
@@ -109,7 +181,7 @@ func (m *model) command(v string) tea.Cmd {
 	}
 	switch name {
 	case "/help":
-		m.note("keys: Enter sends at next · Ctrl+S or Alt+Enter sends at now (interrupts the round) · Esc cancels main's round · y/n/a answer a permission request · @name text messages an agent · Ctrl+T side pane · Ctrl+O unfold tool calls · PgUp/PgDn scroll · Ctrl+C quits")
+		m.note("keys: Enter sends at next · Ctrl+S or Alt+Enter sends at now (interrupts the round) · Esc cancels main's round · y/n/a answer a permission request · @name text messages an agent · Tab completes commands, names and ids · Ctrl+T side pane · Ctrl+O unfold tool calls · PgUp/PgDn scroll · Ctrl+C quits")
 		for _, c := range slashCommands {
 			m.note("%-10s %-9s %s", c.name, c.args, c.help)
 		}

@@ -224,3 +224,38 @@ func TestConversationFollowsItsEnd(t *testing.T) {
 		t.Fatal("the conversation does not follow its end after scrolling back down")
 	}
 }
+
+// TestCompleteArguments: Tab completes an agent's name after @, /cancel
+// and /retry, a running task's id after /stop, and a waiting request's id
+// after /approve, from the session the client shows.
+func TestCompleteArguments(t *testing.T) {
+	m := newModel(context.Background(), Options{})
+	m.d = &detail{SessionDetail: vigil.SessionDetail{
+		Agents:    []vigil.Agent{{ID: vigil.MainAgent, Name: "main"}, {ID: "a1", Name: "writer"}, {ID: "a2", Name: "worker"}},
+		Tasks:     []vigil.Task{{ID: "t1", Ended: time.Now()}, {ID: "t2"}, {ID: "t12"}},
+		Approvals: []vigil.Approval{{ID: "p3"}},
+	}}
+	for in, want := range map[string]string{
+		"@wr":        "@writer ",
+		"@w":         "@w", // writer, worker
+		"@main hi":   "@main hi",
+		"/cancel wo": "/cancel worker ",
+		"/retry m":   "/retry main ",
+		"/stop t":    "/stop t", // t2, t12; t1 has ended
+		"/stop t2":   "/stop t2 ",
+		"/stop t1":   "/stop t12 ",
+		"/approve ":  "/approve p3 ",
+		"/ho":        "/hold ",
+		"plain text": "plain text",
+	} {
+		m.input.SetValue(in)
+		m.complete()
+		if got := m.input.Value(); got != want {
+			t.Errorf("Tab on %q: %q, want %q", in, got, want)
+		}
+	}
+	m.input.SetValue("@w")
+	if h := m.hintLines(); len(h) != 1 || !strings.Contains(h[0], "@writer  @worker") {
+		t.Errorf("the hint for @w: %q", h)
+	}
+}
