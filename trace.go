@@ -499,7 +499,13 @@ func (st *sessionTrace) observe(s *core.State, events []core.Event) {
 			k := spanKey{'t', b.Agent, b.UseID}
 			if o := st.open[k]; o != nil {
 				if b.IsError {
-					o.span.SetStatus(codes.Error, firstLine(b.Result))
+					// A tool's result is conversation content: its text
+					// goes in only when the user opted in.
+					why := "the tool call failed"
+					if st.tr.content {
+						why = firstLine(b.Result)
+					}
+					o.span.SetStatus(codes.Error, why)
 				}
 				if st.tr.content {
 					o.span.SetAttributes(attribute.String("gen_ai.tool.call.result", b.Result))

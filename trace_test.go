@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -415,4 +417,59 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// TestTraceToolErrorText: a failed tool call's span says it failed, but
+// its result (here an error naming the file the model asked for) goes
+// into no attribute, event or status unless content is opted in.
+func TestTraceToolErrorText(t *testing.T) {
+	const secret = "secret-plan-4711"
+	work := t.TempDir()
+	sc, err := script.Parse([]byte(`name: tool-error
+agents:
+  main:
+    turns:
+      - say: "Reading it."
+        tools:
+          - Read: {file_path: "` + filepath.Join(work, secret+".txt") + `"}
+      - say: "It is not there."
+`))
+	must(t, err)
+	for _, content := range []bool{false, true} {
+		tp, exp := memTracing(t)
+		rt := openWith(t, memstore.New(), sc, func(o *Options) { o.TracerProvider, o.TraceContent = tp, content })
+		ctx := context.Background()
+		sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "read the plan", Cwd: work, Permissions: Permissions{Mode: PermBypass}})
+		must(t, err)
+		must(t, rt.WaitQuiescent(ctx, sess.ID))
+		var failed, leaks int
+		for _, sp := range exp.GetSpans() {
+			if sp.Name == "execute_tool Read" && sp.Status.Code == codes.Error {
+				failed++
+			}
+			texts := []string{sp.Status.Description}
+			for _, kv := range sp.Attributes {
+				texts = append(texts, kv.Value.Emit())
+			}
+			for _, ev := range sp.Events {
+				for _, kv := range ev.Attributes {
+					texts = append(texts, kv.Value.Emit())
+				}
+			}
+			for _, x := range texts {
+				if strings.Contains(x, secret) {
+					leaks++
+				}
+			}
+		}
+		switch {
+		case failed != 1:
+			t.Errorf("content %v: %d failed Read spans, want 1", content, failed)
+		case !content && leaks > 0:
+			t.Errorf("without content, the tool's input or result is in %d places of the trace", leaks)
+		case content && leaks == 0:
+			t.Errorf("with content, the tool's input and result are nowhere in the trace")
+		}
+		must(t, rt.Close())
+	}
 }
