@@ -86,6 +86,11 @@ func TestUIWhy(t *testing.T) {
 		t.Fatal("main's first round ended before the test let it: the live text proves nothing")
 	}
 	b.waitText(`li.node[data-agent="main"] .node-live`, "ask for approval")
+	// The agent's line gives the live text's last line as words, without
+	// its Markdown marks ("- ask for approval").
+	if got := b.eval(`document.querySelector('li.node[data-agent="main"] .node-live').textContent`); got != "“ask for approval”" {
+		t.Errorf("main's live line %q, want “ask for approval”", got)
+	}
 	b.waitText(`li.node[data-agent="main"] .node-why`, whyText(t, h, id, "main"))
 	b.screenshot("ui-streaming-laptop.png")
 

@@ -728,7 +728,16 @@ class SessionView {
     }
     for (const [id, el] of this.liveTails) {
       const x = this.live.get(id);
-      const last = x ? x.text.trimEnd().split("\n").pop() : "";
+      // The last line as words: without the Markdown marks of a list
+      // item, a heading or a quote, and without emphasis and code marks.
+      const last = x
+        ? x.text
+            .trimEnd()
+            .split("\n")
+            .pop()
+            .replace(/^\s*(?:[-*+]|\d+[.)]|#{1,6}|>)\s+/, "")
+            .replace(/\*\*|__|`/g, "")
+        : "";
       el.hidden = !x;
       el.textContent = x ? "“" + cut(last.slice(-160), 120) + "”" : "";
     }
