@@ -49,7 +49,9 @@ func sideLines(d *detail, notes []string, w int, now time.Time) []string {
 	}
 	var live []vigil.Task
 	for _, t := range d.Tasks {
-		if t.Ended.IsZero() || now.Sub(t.Ended) < time.Minute {
+		// Running ones, and those that ended a moment ago. A subagent
+		// between runs (idle) is in the tree above, with what it waits on.
+		if t.Live() || !t.Ended.IsZero() && now.Sub(t.Ended) < time.Minute {
 			live = append(live, t)
 		}
 	}

@@ -259,3 +259,27 @@ func TestCompleteArguments(t *testing.T) {
 		t.Errorf("the hint for @w: %q", h)
 	}
 }
+
+// TestSideTasks: the side pane's tasks are the running ones, with their
+// elapsed time and output tail, and those that ended within a minute; a
+// subagent between runs (idle) is left to the agent tree.
+func TestSideTasks(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	d := &detail{SessionDetail: vigil.SessionDetail{Tasks: []vigil.Task{
+		{ID: "t1", Status: vigil.TaskIdle, Description: "part one", Started: now.Add(-time.Hour)},
+		{ID: "t2", Status: vigil.TaskRunning, Command: "make test", Started: now.Add(-125 * time.Second), OutputTail: "ok  pkg/a\nok  pkg/b\n"},
+		{ID: "t3", Status: vigil.TaskCompleted, Command: "make lint", Started: now.Add(-20 * time.Second), Ended: now.Add(-10 * time.Second)},
+		{ID: "t4", Status: vigil.TaskFailed, Command: "make old", Started: now.Add(-5 * time.Minute), Ended: now.Add(-2 * time.Minute)},
+	}}}
+	got := strings.Join(sideLines(d, nil, 60, now), "\n")
+	for _, want := range []string{"TASKS", "t2 running 2m05s make test", "│ ok  pkg/b", "t3 completed 10s make lint"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the side pane lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"t1 ", "t4 "} {
+		if strings.Contains(got, not) {
+			t.Errorf("the side pane lists %q:\n%s", not, got)
+		}
+	}
+}
