@@ -114,9 +114,6 @@ func (t *Timeline) who(body core.Body) string {
 	case *core.AgentCreated:
 		return t.name(b.Agent.Owner)
 	case *core.ItemsReturned:
-		if len(b.Items) == 0 {
-			return ""
-		}
 		return t.name(b.Agent)
 	case *core.RetryScheduled:
 		return t.name(b.Agent)
@@ -272,7 +269,7 @@ func (t *Timeline) describe(body core.Body) string {
 		return "recovered after a restart"
 	case *core.ItemsReturned:
 		if len(b.Items) == 0 {
-			return ""
+			return "" // nothing went back: not worth a line
 		}
 		return fmt.Sprintf("run %d gave %d unseen item(s) back to the inbox", b.Seq, len(b.Items))
 	case *core.RetryScheduled:
