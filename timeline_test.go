@@ -70,3 +70,52 @@ func TestTimeline(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineApprovalsHoldsAndOutcomes: the lines every client shares
+// for permission requests (what they run, the answer and who asked, a rule
+// an "always" answer adds), holds with who and why, a message's outcome
+// with the run that answers it, a signalled command, and no line for a run
+// that gave nothing back.
+func TestTimelineApprovalsHoldsAndOutcomes(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := start.Add(time.Second)
+	minus1 := -1
+	evs := []Event{
+		event(t, 1, at, &core.AgentCreated{Agent: core.Agent{ID: "a1", Name: "w1", Owner: core.MainAgent, Task: "t1"}}),
+		event(t, 2, at, &core.ApprovalRequested{Approval: core.Approval{ID: "p1", Agent: "a1", Tool: "Bash", Input: json.RawMessage(`{"command":"rm -rf build"}`), Reason: "mode ask"}}),
+		event(t, 3, at, &core.PermissionRuleAdded{Rule: "Bash(rm -rf build)", By: "user", Approval: "p1"}),
+		event(t, 4, at, &core.ApprovalResolved{Approval: "p1", Allow: true, By: "user"}),
+		event(t, 5, at, &core.HoldSet{By: "alice", Reason: "reviewing the plan"}),
+		event(t, 6, at, &core.HoldSet{By: "user"}),
+		event(t, 7, at, &core.HoldReleased{By: "user"}),
+		event(t, 8, at, &core.MessageSent{Msg: core.Msg{ID: "m1", From: "user", To: "a1", Outcome: core.OutcomeResumed, Run: 2}}),
+		event(t, 9, at, &core.ItemsReturned{Agent: "a1", Seq: 2}),
+		event(t, 10, at, &core.NotificationWritten{Note: core.Note{Key: core.NoteKey{Task: "t2"}, Owner: core.MainAgent, Kind: core.TaskShell, Status: "stopped", ExitCode: &minus1, Error: "SIGTERM"}}),
+	}
+	tl := NewTimeline()
+	var got []string
+	for _, e := range evs {
+		line, ok, err := tl.Line(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got = append(got, line.Format(start))
+		}
+	}
+	want := []string{
+		"  1.000s  main   started subagent w1 (a1, task t1)",
+		"  1.000s  w1     waits for permission p1: Bash rm -rf build (mode ask)",
+		"  1.000s  user   allowed from now on: Bash(rm -rf build) (answering p1 always)",
+		"  1.000s  w1     permission p1 allowed by user",
+		"  1.000s  user   user queue held by alice: reviewing the plan",
+		"  1.000s  user   user queue held",
+		"  1.000s  user   user queue resumed",
+		"  1.000s  user   message m1 → w1: resumed (the agent was idle; run 2 answers)",
+		"  1.000s  main   ← notification t2#exit from shell t2 (stopped): SIGTERM",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
