@@ -21,6 +21,22 @@ func event(t *testing.T, seq int64, at time.Time, b core.Body) Event {
 	return Event{Session: "s1", Seq: seq, Global: seq, At: at, Type: b.Type(), Data: data}
 }
 
+// timelineLines are the lines tl tells of evs, formatted from start.
+func timelineLines(t *testing.T, tl *Timeline, start time.Time, evs []Event) []string {
+	t.Helper()
+	var got []string
+	for _, e := range evs {
+		line, ok, err := tl.Line(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got = append(got, line.Format(start))
+		}
+	}
+	return got
+}
+
 func TestTimeline(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -33,16 +49,7 @@ func TestTimeline(t *testing.T) {
 		event(t, 4, at, &core.ItemsSeen{}),
 	}
 	tl := NewTimeline()
-	var got []string
-	for _, e := range evs {
-		line, ok, err := tl.Line(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			got = append(got, line.Format(start))
-		}
-	}
+	got := timelineLines(t, tl, start, evs)
 	want := []string{
 		"  1.500s  main   run 1 started (prompt)",
 		"  1.500s  main   started subagent w1 (a1, task t1)",
@@ -93,17 +100,7 @@ func TestTimelineApprovalsHoldsAndOutcomes(t *testing.T) {
 		event(t, 9, at, &core.ItemsReturned{Agent: "a1", Seq: 2}),
 		event(t, 10, at, &core.NotificationWritten{Note: core.Note{Key: core.NoteKey{Task: "t2"}, Owner: core.MainAgent, Kind: core.TaskShell, Status: "stopped", ExitCode: &minus1, Error: "SIGTERM"}}),
 	}
-	tl := NewTimeline()
-	var got []string
-	for _, e := range evs {
-		line, ok, err := tl.Line(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			got = append(got, line.Format(start))
-		}
-	}
+	got := timelineLines(t, NewTimeline(), start, evs)
 	want := []string{
 		"  1.000s  main   started subagent w1 (a1, task t1)",
 		"  1.000s  w1     waits for permission p1: Bash rm -rf build (mode ask)",
