@@ -261,6 +261,19 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// answer decodes the server's answer b as a T. With --json it prints b
+// as it came instead, and done is true: the command has nothing more to
+// say; done is true too when b cannot be decoded, with the error.
+func answer[T any](e *env, cf *clientFlags, b []byte) (v T, done bool, err error) {
+	if cf.json {
+		return v, true, printRaw(e, b)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, true, fmt.Errorf("decode answer: %w", err)
+	}
+	return v, false, nil
+}
+
 // clientCommand sets up a client command: its flags, usage and arguments.
 func clientCommand(e *env, name, usage string, nargs int, args []string, extra func(fs *flag.FlagSet)) (*clientFlags, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -526,12 +539,9 @@ func cmdSend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var res server.PromptResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	res, done, err := answer[server.PromptResult](e, cf, b)
+	if done {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "queued %s for the main agent of %s\n", res.Item, res.Session)
 	return nil
@@ -708,12 +718,9 @@ func cmdStop(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var t vigil.Task
-	if err := json.Unmarshal(b, &t); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	t, done, err := answer[vigil.Task](e, cf, b)
+	if done {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "task %s: %s\n", t.ID, t.Status)
 	return nil
@@ -732,12 +739,9 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var a vigil.Agent
-	if err := json.Unmarshal(b, &a); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	a, done, err := answer[vigil.Agent](e, cf, b)
+	if done {
+		return err
 	}
 	line := fmt.Sprintf("agent %s: %s", a.Name, a.State)
 	if a.Run != nil {
@@ -775,12 +779,9 @@ func holdOrResume(ctx context.Context, e *env, cf *clientFlags, path string, bod
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var st server.StatusView
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	st, done, err := answer[server.StatusView](e, cf, b)
+	if done {
+		return err
 	}
 	printStatusView(e, st)
 	return nil
@@ -866,12 +867,9 @@ func cmdNew(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var d vigil.SessionDetail
-	if err := json.Unmarshal(b, &d); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	d, done, err := answer[vigil.SessionDetail](e, cf, b)
+	if done {
+		return err
 	}
 	fmt.Fprintln(e.stdout, d.Session.ID)
 	fmt.Fprintf(e.stderr, "created session %s; follow it with: vigil logs -f %s\n", d.Session.ID, d.Session.ID)
@@ -1225,12 +1223,9 @@ func cmdBudget(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var v server.BudgetView
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	v, done, err := answer[server.BudgetView](e, cf, b)
+	if done {
+		return err
 	}
 	scope := "session " + pos[0]
 	if v.Agent != "" {

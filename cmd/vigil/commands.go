@@ -180,12 +180,9 @@ func cmdClose(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return printRaw(e, b)
-	}
-	var a vigil.Agent
-	if err := json.Unmarshal(b, &a); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	a, done, err := answer[vigil.Agent](e, cf, b)
+	if done {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "agent %s (%s): %s\n", a.Name, a.ID, a.State)
 	return nil
