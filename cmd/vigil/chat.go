@@ -44,7 +44,7 @@ func runChat(ctx context.Context, e *env, name string, args []string, attach str
 	pf.register(fs)
 	var sf storeFlags
 	sf.register(fs)
-	mode := fs.String("permission-mode", "ask", "permission mode of a new session: ask (a person is at the keyboard: requests are answered inline), accept-edits, auto or bypass")
+	mode := fs.String("permission-mode", "ask", "permission mode of a new session: ask (a person is at the keyboard: requests are answered inline), accept-edits, auto or bypass (unset: the config file's permission_mode, or the server's, else ask)")
 	fs.StringVar(mode, "mode", "ask", "short for --permission-mode")
 	cwd := fs.String("cwd", "", "working directory of a new session's tools (default: the current directory)")
 	resume := fs.String("resume", "", "open an earlier session of the store (in this process: take it over) instead of starting a new one")
@@ -80,7 +80,13 @@ func runChat(ctx context.Context, e *env, name string, args []string, attach str
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
-	newSession := map[string]any{"permissions": vigil.Permissions{Mode: vigil.PermissionMode(*mode), Allow: allow, Deny: deny}}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	modeSet := set["permission-mode"] || set["mode"]
+	newSession := map[string]any{}
+	if modeSet || len(allow)+len(deny) > 0 {
+		newSession["permissions"] = vigil.Permissions{Mode: vigil.PermissionMode(*mode), Allow: allow, Deny: deny}
+	}
 	if pf.model != "" {
 		newSession["model"] = pf.model
 	}
@@ -124,6 +130,21 @@ func runChat(ctx context.Context, e *env, name string, args []string, attach str
 	if _, set := newSession["provider"]; !set {
 		newSession["provider"] = provs.name
 	}
+	// As with 'vigil run' and 'vigil serve': the config file's permissions
+	// apply unless a flag says otherwise (a server applies its own when
+	// the flags say nothing).
+	if c := provs.cfg; c != nil {
+		if !modeSet && c.PermissionMode != "" {
+			*mode = c.PermissionMode
+		}
+		if !set["allow"] {
+			allow = c.AllowFor(dir)
+		}
+		if !set["deny"] {
+			deny = c.Deny
+		}
+	}
+	newSession["permissions"] = vigil.Permissions{Mode: vigil.PermissionMode(*mode), Allow: allow, Deny: deny}
 	newSession["cwd"] = dir
 	rt, err := vigil.Open(ctx, vigil.Options{
 		Core: provs.cfg.Core(), CommandEnv: provs.cfg.CommandEnv, Sandbox: sf.sandboxOptions(provs.cfg), Store: st, Providers: provs.providers, Drivers: provs.drivers, DefaultProvider: provs.name, DataDir: dataDir, Node: node, Logger: logger,

@@ -526,3 +526,45 @@ func TestTUIControls(t *testing.T) {
 	s = p.waitText(15*time.Second, "run 4 cancelled", " · seq "+last[1]+" · quiescent")
 	p.keys("C-c")
 }
+
+// TestTUIConfigPermissions: with no permission flag, a new session of the
+// client takes the config file's permissions, as 'vigil run' and 'vigil
+// serve' do: its allow rule runs the count without asking, and the mode
+// it leaves at ask still asks for the rest.
+func TestTUIConfigPermissions(t *testing.T) {
+	dir := t.TempDir()
+	work, conf := filepath.Join(dir, "work"), filepath.Join(dir, "config")
+	for _, d := range []string{work, filepath.Join(conf, "vigil")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(conf, "vigil", "config.yaml"), []byte("allow: [\"Bash(seq *)\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := filepath.Join(dir, "scenario.yaml")
+	if err := os.WriteFile(sc, []byte(`name: tui-config
+agents:
+  main:
+    on:
+      prompt:
+        - say: "Counting."
+          tools:
+            - Bash: {command: "seq 1 3"}
+        - say: "Cleaning up."
+          tools:
+            - Bash: {command: "rm -rf build"}
+        - say: "Done."
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startTmux(t, 80, 24, []string{"VIGIL_DATA=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + conf, "HOME=" + dir},
+		"chat", "--script", sc, "--cwd", work, "Count")
+	s := p.waitText(20*time.Second, "wants Bash", "rm -rf build")
+	if !strings.Contains(s, "▸ main Bash seq 1 3 ✓ 3 lines") || strings.Contains(s, "permission p1: Bash seq") || strings.Contains(s, "waits for permission p1: Bash seq") {
+		t.Errorf("the config's allow rule did not run the count without asking:\n%s", s)
+	}
+	p.keys("n")
+	p.waitText(10*time.Second, "denied by user", "Done.")
+	p.keys("C-c")
+}
