@@ -2,6 +2,7 @@ package vigil
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -508,6 +509,10 @@ type AnswerApprovalParams struct {
 	Always bool
 	By     string
 	Reason string
+	// Input, with Allow, is the tool input the call runs with instead of
+	// the model's (a JSON object); nil runs the model's. The session's
+	// deny rules are checked against it: a denied one denies the call.
+	Input json.RawMessage
 }
 
 // AnswerApproval answers a permission request.
@@ -523,7 +528,32 @@ func (r *Runtime) answerApproval(ctx context.Context, session SessionID, p *Answ
 	if p.Always && !p.Allow {
 		return invalidf("always goes with allow")
 	}
-	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(p.Approval), Allow: p.Allow, Always: p.Always, By: p.By, Reason: p.Reason})
+	if len(p.Input) > 0 && !p.Allow {
+		return invalidf("an updated input goes with allow")
+	}
+	_, err := r.do(ctx, session, core.AnswerApproval{Approval: core.ApprovalID(p.Approval), Allow: p.Allow, Always: p.Always, By: p.By, Reason: p.Reason, Input: p.Input})
+	return err
+}
+
+// SetPermissionModeParams changes a session's permission mode.
+type SetPermissionModeParams struct {
+	Mode PermissionMode
+	By   string
+}
+
+// SetPermissionMode changes the session's permission mode from now on.
+// Pending permission requests that the new mode decides are answered at
+// once: allowed, or denied (mode auto denies what the rules do not allow).
+func (r *Runtime) SetPermissionMode(ctx context.Context, session SessionID, p *SetPermissionModeParams) error {
+	_, err := route(ctx, r, callSetPermMode, session, p, errOnly(r.setPermissionMode))
+	return err
+}
+
+func (r *Runtime) setPermissionMode(ctx context.Context, session SessionID, p *SetPermissionModeParams) error {
+	if p == nil || p.Mode == "" {
+		return invalidf("name a permission mode (ask, accept-edits, auto or bypass)")
+	}
+	_, err := r.do(ctx, session, core.SetPermissionMode{Mode: core.PermissionMode(p.Mode), By: p.By})
 	return err
 }
 

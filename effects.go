@@ -60,7 +60,9 @@ func (a *actor) startEffects(effects []core.Effect) {
 			}
 		case core.AnswerPermission:
 			if x := a.ext[ef.Agent]; x != nil {
-				x.do(func(p provider.SessionProcess) error { return p.AnswerPermission(ef.Request, ef.Allow, ef.Reason) })
+				x.do(func(p provider.SessionProcess) error {
+					return p.AnswerPermission(ef.Request, ef.Allow, ef.Reason, ef.Input)
+				})
 			} else {
 				a.rt.log.Warn("a permission answer for an agent with no provider process; nobody waits for it", "session", a.id, "agent", ef.Agent, "request", ef.Request)
 			}

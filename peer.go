@@ -42,6 +42,7 @@ const (
 	callCancelItem     = "cancel_item"
 	callMoveItem       = "move_item"
 	callAnswerApproval = "answer_approval"
+	callSetPermMode    = "set_permission_mode"
 	callCloseSession   = "close_session"
 	callSessionGet     = "session_get"
 	callSessionStatus  = "session_status"
@@ -137,6 +138,7 @@ func (r *Runtime) peerMethods() map[string]peerMethod {
 		callCancelItem:     method(errOnly(r.cancelItem)),
 		callMoveItem:       method(errOnly(r.moveItem)),
 		callAnswerApproval: method(errOnly(r.answerApproval)),
+		callSetPermMode:    method(errOnly(r.setPermissionMode)),
 		callCloseSession:   method(errOnly(r.closeSession)),
 		callSessionGet:     method(r.sessionGet),
 		callSessionStatus:  method(r.sessionStatusCall),
@@ -302,7 +304,7 @@ func watched[R any](ctx context.Context, r *Runtime, owner string, call func(con
 func idempotent(call string) bool {
 	switch call {
 	case callAck, callHold, callResume, callCloseAgent, callStopTask, callSetBudget, callCancelItem, callMoveItem,
-		callAnswerApproval, callCloseSession, callSessionGet, callSessionStatus, callAgentGet, callRunList,
+		callAnswerApproval, callSetPermMode, callCloseSession, callSessionGet, callSessionStatus, callAgentGet, callRunList,
 		callInboxList, callTaskOutput, callWaitQuiescent:
 		return true
 	}

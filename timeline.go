@@ -109,7 +109,7 @@ func (t *Timeline) who(body core.Body) string {
 			delete(t.asked, b.Approval)
 			return t.name(a)
 		}
-	case *core.HoldSet, *core.HoldReleased, *core.PermissionRuleAdded:
+	case *core.HoldSet, *core.HoldReleased, *core.PermissionRuleAdded, *core.PermissionModeSet:
 		return "user"
 	case *core.AgentCreated:
 		return t.name(b.Agent.Owner)
@@ -231,6 +231,15 @@ func (t *Timeline) describe(body core.Body) string {
 		}
 		if b.Reason != "" {
 			s += ": " + text.OneLine(b.Reason, 80)
+		}
+		if len(b.Input) > 0 {
+			s += ", with the input changed to " + text.OneLine(string(b.Input), 80)
+		}
+		return s
+	case *core.PermissionModeSet:
+		s := "permission mode set to " + string(b.Mode)
+		if b.By != "" && b.By != "user" {
+			s += " by " + b.By
 		}
 		return s
 	case *core.PermissionRuleAdded:

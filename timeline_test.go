@@ -99,6 +99,9 @@ func TestTimelineApprovalsHoldsAndOutcomes(t *testing.T) {
 		event(t, 8, at, &core.MessageSent{Msg: core.Msg{ID: "m1", From: "user", To: "a1", Outcome: core.OutcomeResumed, Run: 2}}),
 		event(t, 9, at, &core.ItemsReturned{Agent: "a1", Seq: 2}),
 		event(t, 10, at, &core.NotificationWritten{Note: core.Note{Key: core.NoteKey{Task: "t2"}, Owner: core.MainAgent, Kind: core.TaskShell, Status: "stopped", ExitCode: &minus1, Error: "SIGTERM"}}),
+		event(t, 11, at, &core.ApprovalRequested{Approval: core.Approval{ID: "p2", Agent: "a1", Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`), Reason: "mode ask"}}),
+		event(t, 12, at, &core.ApprovalResolved{Approval: "p2", Allow: true, By: "sdk", Input: json.RawMessage(`{"command":"ls -la"}`)}),
+		event(t, 13, at, &core.PermissionModeSet{Mode: core.PermBypass, By: "sdk"}),
 	}
 	got := timelineLines(t, NewTimeline(), start, evs)
 	want := []string{
@@ -111,6 +114,9 @@ func TestTimelineApprovalsHoldsAndOutcomes(t *testing.T) {
 		"  1.000s  user   user queue resumed",
 		"  1.000s  user   message m1 → w1: resumed (the agent was idle; run 2 answers)",
 		"  1.000s  main   ← notification t2#exit from shell t2 (stopped): SIGTERM",
+		"  1.000s  w1     waits for permission p2: Bash ls (mode ask)",
+		"  1.000s  w1     permission p2 allowed by sdk, with the input changed to {\"command\":\"ls -la\"}",
+		"  1.000s  user   permission mode set to bypass by sdk",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -311,7 +311,7 @@ func (st *stepper) tick() {
 	for _, id := range sortedApprovals(st.s) {
 		p := st.s.Approvals[id]
 		if !p.Deadline.After(st.now) {
-			st.resolveApproval(p, false, "", "no answer before its deadline")
+			st.resolveApproval(p, false, "", "no answer before its deadline", nil)
 		}
 	}
 	st.notesOverdue()

@@ -298,6 +298,8 @@ func (st *stepper) handle(in Input) {
 		st.moveItem(in)
 	case AnswerApproval:
 		st.answerApproval(in)
+	case SetPermissionMode:
+		st.setPermissionMode(in)
 	case CloseAgent:
 		a := st.s.Agent(in.Agent)
 		if a == nil {

@@ -120,6 +120,7 @@ func init() {
 		func() Body { return &ContextCompacted{} },
 		func() Body { return &BudgetSet{} },
 		func() Body { return &PermissionRuleAdded{} },
+		func() Body { return &PermissionModeSet{} },
 		func() Body { return &TimerSet{} },
 		func() Body { return &TimerFired{} },
 		func() Body { return &TimerCancelled{} },
@@ -744,6 +745,9 @@ type ApprovalResolved struct {
 	Allow    bool       `json:"allow"`
 	By       string     `json:"by,omitempty"`
 	Reason   string     `json:"reason,omitempty"`
+	// Input is the input the allowed call runs with, when the answer
+	// changed the model's.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // Type implements Body: the name of the event.
@@ -752,6 +756,11 @@ func (e *ApprovalResolved) apply(s *State, _ time.Time) {
 	p := s.Approvals[e.Approval]
 	delete(s.Approvals, e.Approval)
 	a := s.Agents[p.Agent]
+	if len(e.Input) > 0 && p.External == "" && a.Run != nil {
+		if tc := a.Run.tool(p.UseID); tc != nil {
+			tc.Input = e.Input
+		}
+	}
 	if a.State != AgentWaiting {
 		return
 	}

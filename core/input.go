@@ -139,6 +139,17 @@ type AnswerApproval struct {
 	Always   bool
 	By       string
 	Reason   string
+	// Input, with Allow, is the input the call runs with instead of the
+	// model's (a program's permission callback may rewrite it); nil keeps
+	// the model's. The session's deny rules are checked against it.
+	Input json.RawMessage
+}
+
+// SetPermissionMode changes the session's permission mode. Pending
+// permission requests that the new mode decides are answered at once.
+type SetPermissionMode struct {
+	Mode PermissionMode
+	By   string
 }
 
 // CloseAgent closes an agent and everything it owns.
@@ -173,28 +184,29 @@ type Recover struct {
 	Cause    string
 }
 
-func (CreateSession) inputName() string    { return "create-session" }
-func (UserPrompt) inputName() string       { return "user-prompt" }
-func (UserMessage) inputName() string      { return "user-message" }
-func (ModelResponded) inputName() string   { return "model-responded" }
-func (ModelFailed) inputName() string      { return "model-failed" }
-func (ModelRetrying) inputName() string    { return "model-retrying" }
-func (ToolDone) inputName() string         { return "tool-done" }
-func (ShellStartFailed) inputName() string { return "shell-start-failed" }
-func (ProcessExited) inputName() string    { return "process-exited" }
-func (ProcessStarted) inputName() string   { return "process-started" }
-func (Tick) inputName() string             { return "tick" }
-func (HoldQueue) inputName() string        { return "hold" }
-func (ResumeQueue) inputName() string      { return "resume" }
-func (CancelRun) inputName() string        { return "cancel-run" }
-func (StopTask) inputName() string         { return "stop-task" }
-func (CancelItem) inputName() string       { return "cancel-item" }
-func (MoveItem) inputName() string         { return "move-item" }
-func (AnswerApproval) inputName() string   { return "answer-approval" }
-func (CloseAgent) inputName() string       { return "close-agent" }
-func (CloseSession) inputName() string     { return "close-session" }
-func (ProviderWake) inputName() string     { return "provider-wake" }
-func (Recover) inputName() string          { return "recover" }
+func (CreateSession) inputName() string     { return "create-session" }
+func (UserPrompt) inputName() string        { return "user-prompt" }
+func (UserMessage) inputName() string       { return "user-message" }
+func (ModelResponded) inputName() string    { return "model-responded" }
+func (ModelFailed) inputName() string       { return "model-failed" }
+func (ModelRetrying) inputName() string     { return "model-retrying" }
+func (ToolDone) inputName() string          { return "tool-done" }
+func (ShellStartFailed) inputName() string  { return "shell-start-failed" }
+func (ProcessExited) inputName() string     { return "process-exited" }
+func (ProcessStarted) inputName() string    { return "process-started" }
+func (Tick) inputName() string              { return "tick" }
+func (HoldQueue) inputName() string         { return "hold" }
+func (ResumeQueue) inputName() string       { return "resume" }
+func (CancelRun) inputName() string         { return "cancel-run" }
+func (StopTask) inputName() string          { return "stop-task" }
+func (CancelItem) inputName() string        { return "cancel-item" }
+func (MoveItem) inputName() string          { return "move-item" }
+func (AnswerApproval) inputName() string    { return "answer-approval" }
+func (SetPermissionMode) inputName() string { return "set-permission-mode" }
+func (CloseAgent) inputName() string        { return "close-agent" }
+func (CloseSession) inputName() string      { return "close-session" }
+func (ProviderWake) inputName() string      { return "provider-wake" }
+func (Recover) inputName() string           { return "recover" }
 
 // InputName returns a short name for an input kind, for logs and traces.
 func InputName(in Input) string { return in.inputName() }
@@ -296,6 +308,9 @@ type AnswerPermission struct {
 	Request string
 	Allow   bool
 	Reason  string
+	// Input, when allowed, is the input to run the call with instead of
+	// the one the process asked about; nil keeps it.
+	Input json.RawMessage
 }
 
 func (AnswerPermission) effectName() string { return "answer-permission" }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -19,11 +20,32 @@ func (st *stepper) answerApproval(in AnswerApproval) {
 		st.fail(CodeNotFound, "no pending permission request %q", in.Approval)
 		return
 	}
+	input := p.Input
+	var updated json.RawMessage
+	if len(in.Input) > 0 && in.Allow {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(in.Input, &obj); err != nil {
+			st.fail(CodeInvalid, "the updated input of %s is not a JSON object: %v", p.Tool, err)
+			return
+		}
+		if !jsonEqual(in.Input, p.Input) {
+			updated, input = in.Input, in.Input
+		}
+	}
+	if updated != nil {
+		// What the person allowed is not what the model asked: the deny
+		// rules still hold for it.
+		perms := st.s.Session.Permissions
+		if dec, reason := permission.DecideIn(st.s.Session.Roots(), string(perms.Mode), perms.Allow, perms.Deny, p.Tool, updated); dec == permission.Deny {
+			st.resolveApproval(p, false, in.By, "the updated input is denied: "+reason, nil)
+			return
+		}
+	}
 	if !in.Always || !in.Allow {
-		st.resolveApproval(p, in.Allow, in.By, in.Reason)
+		st.resolveApproval(p, in.Allow, in.By, in.Reason, updated)
 		return
 	}
-	rule, err := permission.RuleFor(p.Tool, p.Input)
+	rule, err := permission.RuleFor(p.Tool, input)
 	if err != nil {
 		st.fail(CodeInvalid, "cannot allow %s always: %v; allow it once", p.Tool, err)
 		return
@@ -33,16 +55,66 @@ func (st *stepper) answerApproval(in AnswerApproval) {
 		by = "user"
 	}
 	st.emit(&PermissionRuleAdded{Rule: rule, By: by, Approval: p.ID})
-	st.resolveApproval(p, true, in.By, in.Reason)
+	st.resolveApproval(p, true, in.By, in.Reason, updated)
 	// The rule answers every other request it allows, at once.
+	st.redecideApprovals("allowed by the rule "+rule, by)
+}
+
+// redecideApprovals answers the pending requests that the session's
+// permissions now decide (a rule was added, the mode changed); why says
+// what changed, by who changed it.
+func (st *stepper) redecideApprovals(why, by string) {
 	perms := st.s.Session.Permissions
 	for _, id := range sortedApprovals(st.s) {
 		q := st.s.Approvals[id]
-		if dec, _ := permission.DecideIn(st.s.Session.Roots(), string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec == permission.Allow {
-			st.resolveApproval(q, true, by, "allowed by the rule "+rule)
+		switch dec, reason := permission.DecideIn(st.s.Session.Roots(), string(perms.Mode), perms.Allow, perms.Deny, q.Tool, q.Input); dec {
+		case permission.Allow:
+			st.resolveApproval(q, true, by, why, nil)
+		case permission.Deny:
+			st.resolveApproval(q, false, by, why+": "+reason, nil)
 		}
 	}
 }
+
+// jsonEqual reports whether two JSON texts hold the same value.
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func (st *stepper) setPermissionMode(in SetPermissionMode) {
+	if !permission.ValidMode(string(in.Mode)) {
+		st.fail(CodeInvalid, "unknown permission mode %q (want ask, accept-edits, auto or bypass)", in.Mode)
+		return
+	}
+	if st.s.Session.Closed {
+		st.fail(CodeClosed, "session is closed")
+		return
+	}
+	if st.s.Session.Permissions.Mode == in.Mode {
+		return
+	}
+	by := in.By
+	if by == "" {
+		by = "user"
+	}
+	st.emit(&PermissionModeSet{Mode: in.Mode, By: by})
+	st.redecideApprovals("permission mode "+string(in.Mode)+" set by "+by, by)
+}
+
+// PermissionModeSet changes the session's permission mode.
+type PermissionModeSet struct {
+	Mode PermissionMode `json:"mode"`
+	By   string         `json:"by,omitempty"`
+}
+
+// Type implements Body: the name of the event.
+func (*PermissionModeSet) Type() string { return "permission.mode_set" }
+
+func (e *PermissionModeSet) apply(s *State, _ time.Time) { s.Session.Permissions.Mode = e.Mode }
 
 // PermissionRuleAdded adds an allow rule to the session's permissions: a
 // person answered a request "allow always".
@@ -61,9 +133,14 @@ func (e *PermissionRuleAdded) apply(s *State, _ time.Time) {
 	}
 }
 
-func (st *stepper) resolveApproval(p *Approval, allow bool, by, reason string) {
+// resolveApproval answers p; input, when allowed, replaces the call's
+// input (nil keeps it).
+func (st *stepper) resolveApproval(p *Approval, allow bool, by, reason string, input json.RawMessage) {
 	a := st.s.Agents[p.Agent]
-	st.emit(&ApprovalResolved{Approval: p.ID, Allow: allow, By: by, Reason: reason})
+	if !allow {
+		input = nil
+	}
+	st.emit(&ApprovalResolved{Approval: p.ID, Allow: allow, By: by, Reason: reason, Input: input})
 	if p.External != "" {
 		msg := reason
 		if !allow {
@@ -75,7 +152,7 @@ func (st *stepper) resolveApproval(p *Approval, allow bool, by, reason string) {
 				msg += ": " + reason
 			}
 		}
-		st.effect(AnswerPermission{Agent: a.ID, Request: p.External, Allow: allow, Reason: msg})
+		st.effect(AnswerPermission{Agent: a.ID, Request: p.External, Allow: allow, Reason: msg, Input: input})
 		return
 	}
 	tc := a.Run.tool(p.UseID)
@@ -170,7 +247,7 @@ func (st *stepper) withdrawExternal(a *Agent, request, why string) {
 func (st *stepper) denyExternalOfRun(a *Agent, seq int, why string) {
 	for _, id := range sortedApprovals(st.s) {
 		if p := st.s.Approvals[id]; p.Agent == a.ID && p.External != "" && p.Run == seq {
-			st.resolveApproval(p, false, "", why)
+			st.resolveApproval(p, false, "", why, nil)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/vigilrun/vigil/core"
@@ -66,8 +67,9 @@ type SessionProcess interface {
 	StopTask(id string) error
 	// AnswerPermission answers the process's permission request (an
 	// ExternalPermission it emitted): allow the tool call, or deny it with
-	// the message the model sees.
-	AnswerPermission(request string, allow bool, message string) error
+	// the message the model sees. input, when allowed and not nil, is the
+	// input the call runs with instead of the one asked about.
+	AnswerPermission(request string, allow bool, message string, input json.RawMessage) error
 	// Close ends the process. Safe to call twice.
 	Close() error
 }

@@ -49,6 +49,7 @@ func (s *Server) routes() []route {
 		{method: "POST", path: sess + "/agents/{agent}/cancel", handler: h(s.agentAction(s.rt.CancelRun))},
 		{method: "POST", path: sess + "/agents/{agent}/retry", handler: h(s.agentAction(s.rt.RetryAgent))},
 		{method: "POST", path: sess + "/budget", handler: h(s.setBudget)},
+		{method: "POST", path: sess + "/permissions", handler: h(s.setPermissionMode)},
 		{method: "POST", path: sess + "/agents/{agent}/close", handler: h(s.agentAction(s.rt.CloseAgent))},
 		{method: "GET", path: sess + "/runs", handler: h(s.listRuns)},
 		{method: "GET", path: sess + "/tasks", handler: h(s.listTasks)},
@@ -401,6 +402,28 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// setPermissionMode changes the session's permission mode and answers
+// with its permissions; pending requests the mode decides are answered.
+func (s *Server) setPermissionMode(w http.ResponseWriter, r *http.Request) error {
+	id := sid(r)
+	var req PermissionModeRequest
+	if err := s.decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Mode == "" {
+		return badRequest("mode is required (ask, accept-edits, auto or bypass)")
+	}
+	if err := s.rt.SetPermissionMode(r.Context(), id, &vigil.SetPermissionModeParams{Mode: vigil.PermissionMode(req.Mode), By: by}); err != nil {
+		return err
+	}
+	d, err := s.rt.SessionGet(r.Context(), id, nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, d.Session.Permissions)
+	return nil
+}
+
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	runs, err := s.rt.RunList(r.Context(), sid(r), r.URL.Query().Get("agent"))
 	if err != nil {
@@ -580,7 +603,10 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("the session has no working directory to save the rule for")
 		}
 	}
-	p := &vigil.AnswerApprovalParams{Approval: approval, Allow: *req.Allow, Always: req.Always, By: by, Reason: req.Reason}
+	if len(req.Input) > 0 && !*req.Allow {
+		return badRequest("input goes with allow: true")
+	}
+	p := &vigil.AnswerApprovalParams{Approval: approval, Allow: *req.Allow, Always: req.Always, By: by, Reason: req.Reason, Input: req.Input}
 	if err := s.rt.AnswerApproval(r.Context(), id, p); err != nil {
 		return err
 	}

@@ -665,6 +665,52 @@ func TestApprovals(t *testing.T) {
 	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes}, 404, "not_found")
 }
 
+// An approval answered with an updated input runs that input; a new
+// permission mode answers the request pending; bad modes and inputs are
+// refused and lose nothing.
+func TestApprovalInputAndMode(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.create(CreateSessionRequest{Provider: "shell", Prompt: "echo original", Permissions: &vigil.Permissions{Mode: vigil.PermAsk}})
+	base := "/api/sessions/" + id
+	asked := func(n int) string {
+		h.wait(id, "approval request", func(e core.Event) bool {
+			b, ok := e.Body.(*core.ApprovalRequested)
+			return ok && b.Approval.ID == core.ApprovalID(fmt.Sprintf("p%d", n))
+		})
+		return fmt.Sprintf("p%d", n)
+	}
+	p := asked(1)
+	yes, no := true, false
+	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &no, Input: json.RawMessage(`{"command":"echo x"}`)}, 400, "invalid")
+	h.mustErr("POST", base+"/approvals/"+p, `{"allow": true, "input": "echo x"}`, 400, "invalid")
+	var aps ApprovalList
+	h.must("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Input: json.RawMessage(`{"command":"echo updated","description":"test task","run_in_background":true}`)}, 200, &aps)
+	h.wait(id, "t1 ended", taskEnded("t1"))
+	var out TaskOutput
+	h.must("GET", base+"/tasks/t1/output", nil, 200, &out)
+	if out.Data != "updated\n" {
+		t.Fatalf("the approved call printed %q, want the updated input's output", out.Data)
+	}
+
+	h.quiet(id)
+	h.must("POST", base+"/prompts", PromptRequest{Text: "echo second"}, http.StatusAccepted, nil)
+	asked(2)
+	h.mustErr("POST", base+"/permissions", `{"mode": "plan"}`, 400, "invalid")
+	h.mustErr("POST", base+"/permissions", `{}`, 400, "invalid")
+	var perms vigil.Permissions
+	h.must("POST", base+"/permissions", PermissionModeRequest{Mode: "bypass"}, 200, &perms)
+	if perms.Mode != vigil.PermBypass {
+		t.Fatalf("permissions after the change: %+v", perms)
+	}
+	h.wait(id, "t2 ended", taskEnded("t2"))
+	h.must("GET", base+"/approvals", nil, 200, &aps)
+	if len(aps.Approvals) != 0 {
+		t.Fatalf("approvals after mode bypass: %+v", aps)
+	}
+	h.mustErr("POST", "/api/sessions/nope/permissions", PermissionModeRequest{Mode: "ask"}, 404, "not_found")
+}
+
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

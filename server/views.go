@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"math"
 	"time"
 
@@ -128,6 +129,15 @@ type ApprovalRequest struct {
 	// directory, for later sessions there.
 	Save   bool   `json:"save,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Input, with allow, is the tool input the call runs with instead of
+	// the model's (a JSON object); the session's deny rules still hold.
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// PermissionModeRequest is the body of POST .../permissions: the
+// session's new permission mode.
+type PermissionModeRequest struct {
+	Mode string `json:"mode"`
 }
 
 // Health is the body of GET /healthz.

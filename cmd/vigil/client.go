@@ -789,9 +789,10 @@ func holdOrResume(ctx context.Context, e *env, cf *clientFlags, path string, bod
 
 func cmdApprove(ctx context.Context, e *env, args []string) error {
 	var deny, always, save bool
-	var reason string
-	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--always [--save] | --deny] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
+	var reason, input string
+	cf, pos, err := clientCommand(e, "approve", "approve <session> <request> [--always [--save] | --deny] [--input JSON] [--reason TEXT]", 2, args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&deny, "deny", false, "deny the request instead")
+		fs.StringVar(&input, "input", "", "allow the call with this tool input (a JSON object) instead of the model's")
 		fs.BoolVar(&always, "always", false, "allow, and add a session rule that allows the same call again")
 		fs.BoolVar(&save, "save", false, "with --always: also keep the rule for the session's project directory, for later sessions there")
 		fs.StringVar(&reason, "reason", "", "why, told to the agent")
@@ -809,8 +810,18 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 	if save && !always {
 		return &exitError{code: 2, err: errors.New("--save goes with --always")}
 	}
+	if input != "" && deny {
+		return &exitError{code: 2, err: errors.New("--input goes with allowing, not --deny")}
+	}
+	if input != "" && !json.Valid([]byte(input)) {
+		return &exitError{code: 2, err: fmt.Errorf("--input %q is not JSON", input)}
+	}
 	allow := !deny
-	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), server.ApprovalRequest{Allow: &allow, Always: always, Save: save, Reason: reason})
+	req := server.ApprovalRequest{Allow: &allow, Always: always, Save: save, Reason: reason}
+	if input != "" {
+		req.Input = json.RawMessage(input)
+	}
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "approvals", pos[1]), req)
 	if err != nil {
 		return err
 	}
@@ -1232,6 +1243,27 @@ func cmdBudget(ctx context.Context, e *env, args []string) error {
 		scope = "agent tree of " + v.Agent
 	}
 	fmt.Fprintf(e.stdout, "%s: budget %s; used %s\n", scope, v.Budget.String(), spendLine(v.Spent))
+	return nil
+}
+
+func cmdMode(ctx context.Context, e *env, args []string) error {
+	cf, pos, err := clientCommand(e, "mode", "mode <session> <ask|accept-edits|auto|bypass>", 2, args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		return err
+	}
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "permissions"), server.PermissionModeRequest{Mode: pos[1]})
+	if err != nil {
+		return err
+	}
+	v, done, err := answer[vigil.Permissions](e, cf, b)
+	if done {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "session %s: permission mode %s; pending requests it decides were answered\n", pos[0], v.Mode)
 	return nil
 }
 

@@ -282,6 +282,23 @@ func TestClientTasksAndStop(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "p1") {
 		t.Errorf("approve twice: exit %d: %s", code, errs)
 	}
+	// The mode changed from the command line answers a pending request;
+	// an updated input is refused with --deny and when it is not JSON.
+	second := strings.TrimSpace(ts.ok(t, "new", "echo second", "--provider", "shell", "--permission-mode", "ask"))
+	waitEvent(t, ts.rt, second, func(e core.Event) bool { _, ok := e.Body.(*core.ApprovalRequested); return ok })
+	if code, _, errs := ts.vigilCLI(t, nil, "approve", second, "p1", "--deny", "--input", `{"command":"ls"}`); code != 2 || !strings.Contains(errs, "--input goes with") {
+		t.Errorf("approve --deny --input: exit %d: %s", code, errs)
+	}
+	if code, _, errs := ts.vigilCLI(t, nil, "approve", second, "p1", "--input", "ls"); code != 2 || !strings.Contains(errs, "not JSON") {
+		t.Errorf("approve --input ls: exit %d: %s", code, errs)
+	}
+	if code, _, errs := ts.vigilCLI(t, nil, "mode", second, "yolo"); code != 1 || !strings.Contains(errs, "yolo") {
+		t.Errorf("mode yolo: exit %d: %s", code, errs)
+	}
+	if out := ts.ok(t, "mode", second, "bypass"); !strings.Contains(out, "permission mode bypass") {
+		t.Errorf("mode:\n%s", out)
+	}
+	waitEvent(t, ts.rt, second, func(e core.Event) bool { b, ok := e.Body.(*core.TaskUpdated); return ok && b.Task == "t1" && b.Ended })
 	code, _, errs = ts.vigilCLI(t, nil, "show", "nope")
 	if code != 1 || !strings.Contains(errs, "no such session") {
 		t.Errorf("show of an unknown session: exit %d: %s", code, errs)

@@ -27,6 +27,14 @@ func (w *world) generateWorkload() {
 		}
 		return in
 	})
+	if perm == core.PermAsk && w.limits.IntN(3) == 0 {
+		// A person changes the permission mode part way, which answers
+		// what the new mode decides.
+		to := []core.PermissionMode{core.PermBypass, core.PermAuto, core.PermAcceptEdits}[w.limits.IntN(3)]
+		w.schedule(w.now.Add(time.Duration(1+w.limits.IntN(30))*time.Second), 0, "set permission mode", func() core.Input {
+			return core.SetPermissionMode{Mode: to, By: "sim"}
+		})
+	}
 	if w.mode == modeCaller {
 		for i := range 1 + w.rng.IntN(3) {
 			at := w.now.Add(time.Duration(i) * time.Millisecond)
@@ -258,11 +266,16 @@ func (w *world) answerApprovals(events []core.Event) {
 		}
 		id := b.Approval.ID
 		allow := w.rng.IntN(4) != 0
+		var input json.RawMessage
+		if allow && b.Approval.Tool == "Bash" && b.Approval.External == "" && w.limits.IntN(4) == 0 {
+			// The person allows a changed command.
+			input = json.RawMessage(`{"command":"echo changed by a person"}`)
+		}
 		w.schedule(w.at(w.latency(10, 20000)), 0, "answer approval", func() core.Input {
 			if w.state.Approvals[id] == nil {
 				return nil
 			}
-			return core.AnswerApproval{Approval: id, Allow: allow, By: "sim"}
+			return core.AnswerApproval{Approval: id, Allow: allow, By: "sim", Input: input}
 		})
 	}
 }

@@ -484,7 +484,7 @@ func (p *process) controlRequest(line []byte) {
 }
 
 // AnswerPermission implements provider.SessionProcess.
-func (p *process) AnswerPermission(request string, allow bool, message string) error {
+func (p *process) AnswerPermission(request string, allow bool, message string, updated json.RawMessage) error {
 	p.mu.Lock()
 	input, asked := p.asks[request]
 	delete(p.asks, request)
@@ -497,6 +497,9 @@ func (p *process) AnswerPermission(request string, allow bool, message string) e
 	a.Response.Subtype, a.Response.RequestID = "success", request
 	if allow {
 		a.Response.Response.Behavior = "allow"
+		if len(updated) > 0 {
+			input = updated
+		}
 		a.Response.Response.UpdatedInput = input
 		if len(input) == 0 {
 			a.Response.Response.UpdatedInput = json.RawMessage("{}")

@@ -287,17 +287,17 @@ func TestProcessControlRequests(t *testing.T) {
 	if ask.Request != "cli-1" || ask.Tool != "Bash" || ask.Agent != core.MainAgent {
 		t.Fatalf("request %+v", ask)
 	}
-	if err := f.proc.AnswerPermission("cli-9", true, ""); err == nil {
+	if err := f.proc.AnswerPermission("cli-9", true, "", nil); err == nil {
 		t.Fatal("an answer to a request the CLI never made was sent")
 	}
-	if err := f.proc.AnswerPermission("cli-1", false, "denied by test"); err != nil {
+	if err := f.proc.AnswerPermission("cli-1", false, "denied by test", nil); err != nil {
 		t.Fatal(err)
 	}
 	got = f.until("the fake's report", isTurnEnd)
 	if end := got[len(got)-1].(core.ExternalTurnEnded); end.Result != "answer: " {
 		t.Fatalf("result %q: the CLI did not get a success response", end.Result)
 	}
-	if err := f.proc.AnswerPermission("cli-1", true, ""); err == nil {
+	if err := f.proc.AnswerPermission("cli-1", true, "", nil); err == nil {
 		t.Fatal("a request was answered twice")
 	}
 	// Anything else is refused.

@@ -652,7 +652,7 @@ func (p *process) StopTask(id string) error {
 // AnswerPermission implements provider.SessionProcess. The driver runs
 // threads with approvalPolicy "never": Codex asks no permission, so there
 // is nothing to answer.
-func (p *process) AnswerPermission(request string, _ bool, _ string) error {
+func (p *process) AnswerPermission(request string, _ bool, _ string, _ json.RawMessage) error {
 	return fmt.Errorf("codex: no permission request %s is pending", request)
 }
 
