@@ -566,3 +566,197 @@ func diffSteps(a, b []string) []string {
 	}
 	return out
 }
+
+// TestAgentSDKControls: the real Agent SDK uses its controls on vigil:
+// partial messages stream the main agent's text, canUseTool's
+// updatedInput is the command that runs, setPermissionMode refuses a mode
+// vigil has not and takes one it has (the next turn runs in it), and a
+// background subagent's command prints task_progress.
+func TestAgentSDKControls(t *testing.T) {
+	node, sdk := agentSDK(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	scenario, err := filepath.Abs("testdata/agentsdk/controls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	run := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), work, []string{
+		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
+		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
+	})
+	lines := run.collect(t, nil)
+	dump := func() string {
+		var b strings.Builder
+		for _, m := range lines {
+			raw, _ := json.Marshal(m)
+			b.WriteString("\n  " + string(raw))
+		}
+		return b.String()
+	}
+	t.Logf("the program saw:%s", dump())
+	checkControls(t, lines, work, false, dump)
+}
+
+// checkControls checks what controls.mjs saw. planOK says the executable
+// takes permission mode plan (the CLI does, vigil does not). Texts are
+// compared without their trailing newline: the CLI trims a command's
+// output, vigil's tools keep it.
+func checkControls(t *testing.T, lines []map[string]any, work string, planOK bool, dump func() string) {
+	t.Helper()
+	// The first message streamed before it was whole.
+	var streamed strings.Builder
+	var events []string
+	for _, m := range lines {
+		if m["type"] == "assistant" {
+			break
+		}
+		if m["type"] == "stream_event" {
+			events = append(events, fmt.Sprint(m["event"]))
+			if m["event"] == "content_block_delta" {
+				if d, ok := m["delta"].(string); ok && !strings.HasPrefix(d, "{") {
+					streamed.WriteString(d)
+				}
+			}
+		}
+	}
+	deltas := 0
+	for _, e := range events {
+		if e == "content_block_delta" {
+			deltas++
+		}
+	}
+	if len(events) < 3 || events[0] != "message_start" || deltas < 2 || streamed.String() != "MAIN: streaming these words a few at a time before the command." {
+		t.Errorf("stream events before the first message %q, text %q%s", events, streamed.String(), dump())
+	}
+	b, err := os.ReadFile(filepath.Join(work, "out.txt"))
+	if err != nil || string(b) != "UPDATED\n" {
+		t.Errorf("out.txt holds %q (%v): the updated input did not run%s", b, err, dump())
+	}
+	var results, modes, inits, progress, notes []string
+	for _, m := range lines {
+		switch {
+		case m["type"] == "result":
+			results = append(results, strings.TrimSpace(fmt.Sprint(m["result"])))
+		case m["control"] == "setPermissionMode":
+			modes = append(modes, fmt.Sprintf("%v:%v", m["mode"], m["ok"]))
+		case m["subtype"] == "init":
+			inits = append(inits, fmt.Sprint(m["permissionMode"]))
+		case m["subtype"] == "task_progress":
+			progress = append(progress, fmt.Sprintf("%v/%v/%v", m["description"], m["last_tool_name"], m["tool_uses"]))
+		case m["subtype"] == "task_notification":
+			notes = append(notes, strings.TrimSpace(fmt.Sprint(m["summary"])))
+		}
+	}
+	want := []string{"MAIN: the command printed UPDATED", "MAIN: agent launched.", "MAIN: woke up: SUBAGENT: done after SUB-RAN"}
+	if !slices.Equal(results, want) {
+		t.Errorf("results %q, want %q%s", results, want, dump())
+	}
+	if !slices.Equal(modes, []string{fmt.Sprintf("plan:%v", planOK), "acceptEdits:true"}) {
+		t.Errorf("setPermissionMode answers %q%s", modes, dump())
+	}
+	if len(inits) < 2 || inits[0] != "default" || inits[1] != "acceptEdits" {
+		t.Errorf("system/init permission modes %q%s", inits, dump())
+	}
+	if !slices.Equal(progress, []string{"Running Sub runs/Bash/1"}) {
+		t.Errorf("task_progress %q%s", progress, dump())
+	}
+	if !slices.Equal(notes, []string{"SUBAGENT: done after SUB-RAN"}) {
+		t.Errorf("notifications %q%s", notes, dump())
+	}
+	if lines[len(lines)-1]["done"] != true {
+		t.Errorf("the program did not finish%s", dump())
+	}
+}
+
+// TestAgentSDKControlsSameAsClaudeCode runs controls.mjs against the real
+// Claude Code CLI over a fake Anthropic API that answers as
+// controls.yaml does, and checks the program saw from the CLI what it sees
+// from vigil, but for the one documented difference: the CLI takes
+// permission mode plan, which vigil refuses.
+func TestAgentSDKControlsSameAsClaudeCode(t *testing.T) {
+	node, sdk := agentSDK(t)
+	cli := os.Getenv("VIGIL_CLAUDE")
+	if cli == "" {
+		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
+			t.Fatal(cliSkip)
+		}
+		t.Skip(cliSkip)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := providertest.NewAnthropic(t)
+	srv.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
+		last := r.LastUserText()
+		if r.Header.Get("x-claude-code-agent-id") != "" {
+			if sdkToolResult(r) {
+				return providertest.TextAnswer("SUBAGENT: done after " + last), true
+			}
+			return providertest.Answer(providertest.ToolUse("", "Bash", `{"command":"echo SUB-RAN","description":"Sub runs"}`)), true
+		}
+		switch {
+		case strings.Contains(last, "<task-notification>"):
+			return providertest.TextAnswer("MAIN: woke up: SUBAGENT: done after SUB-RAN\n"), true
+		case sdkToolResult(r) && strings.Contains(last, "UPDATED"):
+			return providertest.TextAnswer("MAIN: the command printed UPDATED\n"), true
+		case sdkToolResult(r):
+			return providertest.TextAnswer("MAIN: agent launched."), true
+		case strings.Contains(last, "write ORIGINAL"):
+			return providertest.Answer(chat.Text("MAIN: streaming these words a few at a time before the command."),
+				providertest.ToolUse("", "Bash", `{"command":"echo ORIGINAL | tee out.txt","description":"Write a word to a file"}`)), true
+		case strings.Contains(last, "Start a background agent"):
+			return providertest.Answer(providertest.ToolUse("", "Agent", `{"description":"sub work","prompt":"SUBTASK: run a command","subagent_type":"general-purpose","run_in_background":true}`)), true
+		}
+		return providertest.TextAnswer("ok"), true // the CLI's side requests
+	})
+	work := t.TempDir()
+	run := startScript(t, ctx, node, sdk, "controls.mjs", cli, work, []string{
+		"HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + srv.URL, "ANTHROPIC_API_KEY=sk-test-dummy",
+		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	})
+	lines := run.collect(t, nil)
+	dump := func() string {
+		var b strings.Builder
+		for _, m := range lines {
+			raw, _ := json.Marshal(m)
+			b.WriteString("\n  " + string(raw))
+		}
+		return b.String()
+	}
+	t.Logf("claude code:%s", dump())
+	checkControls(t, lines, work, true, dump)
+	// The two sequences, side by side: every difference is listed.
+	scenario, err := filepath.Abs("testdata/agentsdk/controls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vig := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), t.TempDir(), []string{
+		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
+		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
+	}).collect(t, nil)
+	diffs := diffSteps(controlSteps(lines), controlSteps(vig))
+	t.Logf("%d difference(s) in the sequences", len(diffs))
+	for _, d := range diffs {
+		t.Logf("difference: %s", d)
+	}
+}
+
+// controlSteps is controls.mjs's sequence, one kind per message; stream
+// events by their event, text deltas once per run of them.
+func controlSteps(lines []map[string]any) []string {
+	var out []string
+	for _, m := range lines {
+		s := sdkStep(m)
+		if m["type"] == "stream_event" {
+			s = "stream " + fmt.Sprint(m["event"])
+			if len(out) > 0 && out[len(out)-1] == s && s == "stream content_block_delta" {
+				continue
+			}
+		}
+		if c, ok := m["control"]; ok {
+			s = fmt.Sprintf("%v(%v)", c, m["mode"])
+		}
+		out = append(out, strings.ReplaceAll(s, `\n"`, `"`)) // the CLI trims a command's output
+	}
+	return out
+}

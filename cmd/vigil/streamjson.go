@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,8 +33,8 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 	if provs.note != "" {
 		fmt.Fprintln(e.stderr, "vigil:", provs.note)
 	}
-	if a.MaxTurns > 0 || len(a.MCPConfig) > 0 || a.IncludePartial {
-		fmt.Fprintln(e.stderr, "vigil: --max-turns, --mcp-config and --include-partial-messages are accepted and not applied")
+	if a.MaxTurns > 0 || len(a.MCPConfig) > 0 {
+		fmt.Fprintln(e.stderr, "vigil: --max-turns and --mcp-config are accepted and not applied")
 	}
 	var sf storeFlags
 	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
@@ -69,7 +70,7 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		mode = string(vigil.PermAuto)
 	}
 	sess := &sdkSession{
-		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan core.Event, 256),
+		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan ccwire.Update, 256), live: a.IncludePartial,
 		params: vigil.SessionParams{
 			Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: cwd,
 			Permissions: vigil.Permissions{Mode: vigil.PermissionMode(mode), Allow: a.AllowedTools, Deny: a.DisallowedTools},
@@ -85,6 +86,7 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		m.PermissionMode = a.PermissionMode
 	}
 	m.Tools = []string{"Agent", "Bash", "Read", "Write", "Edit", "SendMessage", "TaskOutput", "TaskStop"}
+	m.Partial = a.IncludePartial
 	srv := &ccwire.Server{Args: a, Session: sess, Mapper: m, Stderr: e.stderr}
 	return srv.Serve(ctx, os.Stdin, e.stdout)
 }
@@ -94,7 +96,8 @@ type sdkSession struct {
 	rt     *vigil.Runtime
 	params vigil.SessionParams
 	resume vigil.SessionID
-	events chan core.Event
+	events chan ccwire.Update
+	live   bool // pass live text on (--include-partial-messages)
 
 	mu       sync.Mutex
 	id       vigil.SessionID
@@ -147,6 +150,14 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 func (s *sdkSession) forward(sub *vigil.Subscription) {
 	defer close(s.events)
 	for ev := range sub.C {
+		if ev.Live {
+			var d vigil.TextDelta
+			if !s.live || ev.Type != vigil.LiveTextType || json.Unmarshal(ev.Data, &d) != nil {
+				continue
+			}
+			s.events <- ccwire.Update{Live: &ccwire.LiveText{Agent: core.AgentID(d.Agent), Call: d.Call, Text: d.Text, Reset: d.Reset, Dropped: d.Dropped}}
+			continue
+		}
 		body, err := core.DecodeBody(ev.Type, ev.Data)
 		if err != nil {
 			continue // a type this build does not know: nothing to print
@@ -155,7 +166,7 @@ func (s *sdkSession) forward(sub *vigil.Subscription) {
 		// an item's enqueued, a task's started) are the event's, also in
 		// a resumed session's events logged before bodies carried them.
 		core.Stamp(body, ev.At)
-		s.events <- core.Event{Seq: ev.Seq, At: ev.At, Body: body}
+		s.events <- ccwire.Update{Event: core.Event{Seq: ev.Seq, At: ev.At, Body: body}}
 	}
 }
 
@@ -175,8 +186,26 @@ func (s *sdkSession) Interrupt(ctx context.Context) error {
 }
 
 // Answer answers a permission request.
-func (s *sdkSession) Answer(ctx context.Context, ap core.ApprovalID, allow bool, reason string) error {
-	return s.rt.AnswerApproval(ctx, s.id, &vigil.AnswerApprovalParams{Approval: vigil.ApprovalID(ap), Allow: allow, By: "sdk", Reason: reason})
+func (s *sdkSession) Answer(ctx context.Context, ap core.ApprovalID, allow bool, reason string, input json.RawMessage) error {
+	return s.rt.AnswerApproval(ctx, s.id, &vigil.AnswerApprovalParams{Approval: vigil.ApprovalID(ap), Allow: allow, By: "sdk", Reason: reason, Input: input})
+}
+
+// SetMode changes the permission mode: of the session to be created, or
+// of the session.
+func (s *sdkSession) SetMode(ctx context.Context, mode string) error {
+	s.mu.Lock()
+	id := s.id
+	if id == "" && s.resume == "" {
+		s.params.Permissions.Mode = vigil.PermissionMode(mode)
+	}
+	s.mu.Unlock()
+	if id == "" && s.resume != "" {
+		id = s.resume
+	}
+	if id == "" {
+		return nil
+	}
+	return s.rt.SetPermissionMode(ctx, id, &vigil.SetPermissionModeParams{Mode: vigil.PermissionMode(mode), By: "sdk"})
 }
 
 // Replayed is the resumed session's last event before this process.
@@ -187,7 +216,7 @@ func (s *sdkSession) Replayed() int64 {
 }
 
 // Events delivers the session's events.
-func (s *sdkSession) Events() <-chan core.Event { return s.events }
+func (s *sdkSession) Events() <-chan ccwire.Update { return s.events }
 
 // Quiescent waits until the session is quiescent.
 func (s *sdkSession) Quiescent(ctx context.Context) (int64, error) {

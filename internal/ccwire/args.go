@@ -45,8 +45,8 @@ type Args struct {
 	// Print is -p/--print, which the CLI's own tests pass; stream-json
 	// input implies it.
 	Print bool
-	// IncludePartial is --include-partial-messages; vigil sends whole
-	// messages only and says so on stderr.
+	// IncludePartial is --include-partial-messages: stream_event frames
+	// for the main agent's messages as well.
 	IncludePartial bool
 	// Setting sources and settings (--setting-sources, --settings) are
 	// accepted and ignored: vigil reads its own configuration.

@@ -53,14 +53,30 @@
 //     or the CLI's "Background command … completed (exit code 0)") and
 //     background_tasks_changed; a subagent's later run (a message resumed
 //     it) prints task_started again with a new run_id;
+//   - an assistant message is one frame per content block, all with the
+//     message's id, as the CLI prints them;
+//   - a background subagent's tool call prints task_progress ("Running
+//     <the call's description>", the tokens, tool calls and time of its
+//     run so far, last_tool_name), and its task_notification counts the
+//     run's tool calls;
+//   - with --include-partial-messages, the main agent's messages are also
+//     stream_event frames (message_start, content_block_start/delta/stop,
+//     message_delta, message_stop): its text as the model streams it
+//     (vigil's live text.delta events), the rest — tool uses, text a slow
+//     reader missed — when the message is committed, each block's
+//     assistant frame before its content_block_stop;
 //   - control requests: initialize, interrupt (cancels the main agent's
-//     run), set_permission_mode (only to the session's own mode: vigil
-//     keeps a session's mode for its life; another mode is an error
-//     response). Others get an error response that names them;
+//     run), set_permission_mode (answered {"mode": …}; the session's
+//     mode changes and pending requests the new mode decides are
+//     answered; plan and auto are refused with error_code invalid_mode,
+//     bypassPermissions without --dangerously-skip-permissions with
+//     bypass_not_launched, as the CLI does). Others get an error response
+//     that names them;
 //   - vigil's permission requests (mode default, which is vigil's ask)
 //     go to the program as can_use_tool control requests; the answer
-//     allows or denies the call. updatedInput is not applied: the call
-//     runs with the model's input.
+//     allows or denies the call, and an allow's updatedInput is the input
+//     the call runs with (the session's deny rules are checked against
+//     it; one that is not a JSON object denies the call).
 //
 // The process ends when stdin is closed and the session is quiescent: no
 // run, no live task, every inbox empty, as the CLI waits for its
@@ -78,13 +94,25 @@
 // user tool results the structured tool_use_result and tool_result_meta;
 // in results the timing (ttft_ms, time_to_request_ms, …), fast-mode,
 // safety_stops, subagent_stats, queued_turn_count and
-// model_usage_since_last_result fields. Also:
+// model_usage_since_last_result fields. TestAgentSDKControlsSameAsClaudeCode
+// runs a second program (partial messages, updatedInput,
+// setPermissionMode, task_progress) against both and lists where the
+// sequences part. Also:
+//   - the CLI takes permission modes plan and auto; vigil refuses them;
+//   - the CLI runs a command it judges read-only (echo SUB-RAN) without
+//     asking in mode acceptEdits; vigil asks for every command its rules
+//     do not allow;
+//   - the CLI trims a command's trailing newline from its tool result;
 //   - session_id is vigil's session id, and is what --resume takes;
 //   - the tools listed in system/init are vigil's; the slash commands,
 //     skills, plugins and models of the initialize response are empty;
-//   - --max-turns, --mcp-config and --include-partial-messages are
-//     accepted and not applied (vigil says so on stderr); other flags not
-//     listed in ParseArgs are refused;
+//   - --max-turns and --mcp-config are accepted and not applied (vigil
+//     says so on stderr); other flags not listed in ParseArgs are refused;
+//   - with --include-partial-messages, the stream events of a message
+//     vigil's provider did not stream (tool uses, a subagent's messages)
+//     come whole, one delta per block, when the message is committed, and
+//     its message_stop before the permission request of its tool call
+//     (the CLI asks first); the stream events carry no usage;
 //   - permission modes plan and auto have no vigil counterpart and are
 //     refused; dontAsk is vigil's auto (what the rules do not allow is
 //     denied).

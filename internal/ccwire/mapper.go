@@ -3,6 +3,7 @@ package ccwire
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
@@ -29,6 +30,10 @@ type Mapper struct {
 	Tools []string
 	// NewID makes the uuid of each frame.
 	NewID func() string
+	// Partial adds the CLI's stream_event frames (--include-partial-
+	// messages) for the main agent's messages: the live text as it comes
+	// (Live), the rest of each message when it is committed.
+	Partial bool
 
 	agents   map[core.AgentID]*agentInfo
 	tasks    map[core.TaskID]*taskInfo
@@ -37,6 +42,13 @@ type Mapper struct {
 	turn     *turn
 	results  int
 	lastSeq  int64
+	stream   *liveStream // the main agent's message being streamed
+}
+
+// liveStream is a main-agent message whose text is being streamed.
+type liveStream struct {
+	call, msgID string
+	text        string // streamed so far
 }
 
 type agentInfo struct {
@@ -52,6 +64,11 @@ type taskInfo struct {
 	run     int  // the agent's run in progress, for run_id
 	started bool // task_started was printed
 	live    bool
+	// An agent task's run in progress: when it began, its tokens and tool
+	// calls, for task_progress and task_notification.
+	runAt    time.Time
+	tokens   int64
+	toolUses int
 }
 
 // turn is the main agent's run in progress.
@@ -87,6 +104,9 @@ func (m *Mapper) Map(e core.Event) []Frame {
 			m.turn = &turn{seq: b.Seq, kind: b.Kind, started: e.At}
 			return []Frame{m.initFrame()}
 		}
+		if t := m.agentTask(b.Agent); t != nil {
+			t.runAt, t.tokens, t.toolUses = e.At, 0, 0
+		}
 		// A background subagent's later run (a message resumed it) is a
 		// new run of its task, as a follow-on is in the CLI.
 		if a := m.agents[b.Agent]; a != nil && b.Seq > 1 {
@@ -100,6 +120,9 @@ func (m *Mapper) Map(e core.Event) []Frame {
 			m.turn.callAt = e.At
 		}
 	case *core.ModelCallEnded:
+		if t := m.agentTask(b.Agent); t != nil {
+			t.tokens += b.Usage.InputTokens + b.Usage.CacheReadTokens + b.Usage.CacheWriteTokens + b.Usage.OutputTokens
+		}
 		if b.Agent == core.MainAgent && m.turn != nil {
 			t := m.turn
 			t.usage = t.usage.Add(b.Usage)
@@ -119,7 +142,7 @@ func (m *Mapper) Map(e core.Event) []Frame {
 		}
 		return fs
 	case *core.ToolCallStarted:
-		return m.toolStarted(b)
+		return append(m.progress(b, e.At), m.toolStarted(b)...)
 	case *core.ToolCallFinished:
 		if m.openBash[b.Agent] == b.UseID {
 			delete(m.openBash, b.Agent)
@@ -132,6 +155,7 @@ func (m *Mapper) Map(e core.Event) []Frame {
 		if b.Agent != core.MainAgent {
 			return nil
 		}
+		m.stream = nil
 		if b.Status == core.RunCancelled {
 			// What the CLI prints when a turn is interrupted.
 			return []Frame{{
@@ -172,29 +196,26 @@ func (m *Mapper) message(b *core.TranscriptAppended) []Frame {
 	msg := b.Message
 	switch msg.Role {
 	case chat.RoleAssistant:
-		content := make([]any, 0, len(msg.Content))
+		// As the CLI: one assistant message per content block, all with
+		// the API message's id.
+		var blocks []chat.Block
 		for _, c := range msg.Content {
-			switch c.Type {
-			case chat.BlockText:
-				content = append(content, Frame{"type": "text", "text": c.Text})
-			case chat.BlockToolUse:
-				in := c.Input
-				if len(in) == 0 {
-					in = json.RawMessage("{}")
-				}
-				content = append(content, Frame{"type": "tool_use", "id": c.ID, "name": c.Name, "input": in})
+			if c.Type == chat.BlockText || c.Type == chat.BlockToolUse {
+				blocks = append(blocks, c)
 			}
 		}
-		if len(content) == 0 {
+		if len(blocks) == 0 {
 			return nil
 		}
-		f := Frame{
-			"type": "assistant", "parent_tool_use_id": m.parent(b.Agent), "session_id": m.Session, "uuid": m.NewID(),
-			"message": Frame{"id": "msg_" + m.NewID(), "type": "message", "role": "assistant", "model": m.Model, "content": content,
-				"stop_reason": nil, "stop_sequence": nil, "usage": Frame{"input_tokens": 0, "output_tokens": 0}},
+		if m.Partial && b.Agent == core.MainAgent {
+			return m.streamed(blocks)
 		}
-		m.subagentFields(f, b.Agent)
-		return []Frame{f}
+		msgID := "msg_" + m.NewID()
+		out := make([]Frame, 0, len(blocks))
+		for _, c := range blocks {
+			out = append(out, m.assistant(b.Agent, msgID, c))
+		}
+		return out
 	case chat.RoleUser:
 		var content []any
 		for _, c := range msg.Content {
@@ -215,6 +236,165 @@ func (m *Mapper) message(b *core.TranscriptAppended) []Frame {
 		return []Frame{f}
 	}
 	return nil
+}
+
+// Live returns the stream_event frames for a piece of the main agent's
+// live text: the message's start with its first piece, then a
+// content_block_delta per piece. None unless Partial.
+func (m *Mapper) Live(l LiveText) []Frame {
+	if !m.Partial || l.Agent != core.MainAgent {
+		return nil
+	}
+	if l.Reset {
+		// The call is retried: the next piece starts a new message, as a
+		// retried request streams one in the CLI.
+		m.stream = nil
+		return nil
+	}
+	var out []Frame
+	st := m.stream
+	if st == nil || st.call != l.Call {
+		st = &liveStream{call: l.Call, msgID: "msg_" + m.NewID()}
+		m.stream = st
+		out = append(out, m.messageStart(st.msgID), m.streamEvent(st.msgID, Frame{"type": "content_block_start", "index": 0, "content_block": Frame{"type": "text", "text": ""}}))
+	}
+	if l.Text != "" {
+		st.text += l.Text
+		out = append(out, m.streamEvent(st.msgID, Frame{"type": "content_block_delta", "index": 0, "delta": Frame{"type": "text_delta", "text": l.Text}}))
+	}
+	return out
+}
+
+// assistant is the assistant message of one content block of agent a's
+// message msgID.
+func (m *Mapper) assistant(a core.AgentID, msgID string, c chat.Block) Frame {
+	var block Frame
+	if c.Type == chat.BlockText {
+		block = Frame{"type": "text", "text": c.Text}
+	} else {
+		in := c.Input
+		if len(in) == 0 {
+			in = json.RawMessage("{}")
+		}
+		block = Frame{"type": "tool_use", "id": c.ID, "name": c.Name, "input": in}
+	}
+	f := Frame{
+		"type": "assistant", "parent_tool_use_id": m.parent(a), "session_id": m.Session, "uuid": m.NewID(),
+		"message": Frame{"id": msgID, "type": "message", "role": "assistant", "model": m.Model, "content": []any{block},
+			"stop_reason": nil, "stop_sequence": nil, "usage": Frame{"input_tokens": 0, "output_tokens": 0}},
+	}
+	m.subagentFields(f, a)
+	return f
+}
+
+// streamed returns the frames of a committed main-agent message with
+// Partial, in the CLI's order: the stream_event frames not sent live
+// (tool uses, text pieces dropped for a slow reader, or the whole message
+// when nothing was streamed), each block's assistant message before its
+// content_block_stop, then message_delta and message_stop.
+func (m *Mapper) streamed(blocks []chat.Block) []Frame {
+	st := m.stream
+	m.stream = nil
+	opened := st != nil
+	var out []Frame
+	if !opened {
+		st = &liveStream{msgID: "msg_" + m.NewID()}
+		out = append(out, m.messageStart(st.msgID))
+	}
+	ev := func(f Frame) Frame { return m.streamEvent(st.msgID, f) }
+	index := 0
+	stop := "end_turn"
+	for i, c := range blocks {
+		if c.Type == chat.BlockToolUse {
+			stop = "tool_use"
+		}
+		if i == 0 && opened {
+			if c.Type == chat.BlockText {
+				// Streamed live: what a slow reader missed, then its end.
+				if rest, ok := strings.CutPrefix(c.Text, st.text); ok && rest != "" {
+					out = append(out, ev(Frame{"type": "content_block_delta", "index": 0, "delta": Frame{"type": "text_delta", "text": rest}}))
+				}
+				out = append(out, m.assistant(core.MainAgent, st.msgID, c), ev(Frame{"type": "content_block_stop", "index": 0}))
+				index = 1
+				continue
+			}
+			out = append(out, ev(Frame{"type": "content_block_stop", "index": 0}))
+			index = 1
+		}
+		var start, delta Frame
+		if c.Type == chat.BlockText {
+			start = Frame{"type": "text", "text": ""}
+			delta = Frame{"type": "text_delta", "text": c.Text}
+		} else {
+			in := string(c.Input)
+			if in == "" {
+				in = "{}"
+			}
+			start = Frame{"type": "tool_use", "id": c.ID, "name": c.Name, "input": Frame{}}
+			delta = Frame{"type": "input_json_delta", "partial_json": in}
+		}
+		out = append(out,
+			ev(Frame{"type": "content_block_start", "index": index, "content_block": start}),
+			ev(Frame{"type": "content_block_delta", "index": index, "delta": delta}),
+			m.assistant(core.MainAgent, st.msgID, c),
+			ev(Frame{"type": "content_block_stop", "index": index}))
+		index++
+	}
+	return append(out,
+		ev(Frame{"type": "message_delta", "delta": Frame{"stop_reason": stop, "stop_sequence": nil}, "usage": Frame{"output_tokens": 0}}),
+		ev(Frame{"type": "message_stop"}))
+}
+
+func (m *Mapper) messageStart(msgID string) Frame {
+	return m.streamEvent(msgID, Frame{"type": "message_start", "message": Frame{
+		"id": msgID, "type": "message", "role": "assistant", "model": m.Model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": Frame{"input_tokens": 0, "output_tokens": 0},
+	}})
+}
+
+// streamEvent is a stream_event frame of the main agent's message msgID.
+func (m *Mapper) streamEvent(msgID string, ev Frame) Frame {
+	return Frame{"type": "stream_event", "event": ev, "session_id": m.Session, "parent_tool_use_id": nil, "uuid": m.NewID(), "api_message_id": msgID}
+}
+
+// agentTask returns the background task of a subagent, while it is live.
+func (m *Mapper) agentTask(a core.AgentID) *taskInfo {
+	info := m.agents[a]
+	if a == core.MainAgent || info == nil || info.task == "" {
+		return nil
+	}
+	if t := m.tasks[info.task]; t != nil && t.t.Kind == core.TaskAgent {
+		return t
+	}
+	return nil
+}
+
+// progress is the CLI's task_progress frame for a tool call of a
+// background subagent: what it runs, and its usage so far.
+func (m *Mapper) progress(b *core.ToolCallStarted, at time.Time) []Frame {
+	t := m.agentTask(b.Agent)
+	if t == nil || !t.started || !t.live {
+		return nil
+	}
+	t.toolUses++
+	var in struct {
+		Description string `json:"description"`
+	}
+	_ = json.Unmarshal(b.Call.Input, &in) // a tool without one is named instead
+	desc := in.Description
+	if desc == "" {
+		desc = b.Call.Name
+	}
+	var ms int64
+	if !t.runAt.IsZero() {
+		ms = at.Sub(t.runAt).Milliseconds()
+	}
+	return []Frame{{
+		"type": "system", "subtype": "task_progress", "task_id": string(t.t.ID), "run_id": core.NoteKey{Task: t.t.ID, Run: t.run}.String(),
+		"tool_use_id": t.useID, "description": "Running " + desc, "subagent_type": "general-purpose",
+		"usage":          Frame{"total_tokens": t.tokens, "tool_uses": t.toolUses, "duration_ms": ms},
+		"last_tool_name": b.Call.Name, "session_id": m.Session, "uuid": m.NewID(),
+	}}
 }
 
 // subagentFields adds what the CLI adds to a subagent's messages.
@@ -356,7 +536,7 @@ func (m *Mapper) notification(n core.Note, at time.Time) []Frame {
 	}
 	if t.t.Kind == core.TaskAgent {
 		note["summary_is_report"] = n.Reply != ""
-		note["usage"] = Frame{"total_tokens": n.Usage.InputTokens + n.Usage.OutputTokens, "tool_uses": 0, "duration_ms": n.Duration.Milliseconds()}
+		note["usage"] = Frame{"total_tokens": n.Usage.InputTokens + n.Usage.OutputTokens, "tool_uses": t.toolUses, "duration_ms": n.Duration.Milliseconds()}
 	}
 	return []Frame{
 		{"type": "system", "subtype": "task_updated", "task_id": string(t.t.ID), "run_id": n.Key.String(), "patch": patch, "session_id": m.Session, "uuid": m.NewID()},

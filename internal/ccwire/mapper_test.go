@@ -171,3 +171,120 @@ func TestMapQuiet(t *testing.T) {
 		t.Fatalf("frames: %q", frames)
 	}
 }
+
+// A background subagent's tool call prints task_progress with what it
+// runs and its usage so far; its notification counts the tool calls.
+func TestMapTaskProgress(t *testing.T) {
+	m := newTestMapper()
+	frames := feed(t, m,
+		&core.AgentCreated{Agent: core.Agent{ID: "a1", Name: "helper", Description: "sub work", Owner: core.MainAgent, Task: "t1"}},
+		&core.TaskStarted{Task: core.Task{ID: "t1", Kind: core.TaskAgent, Owner: core.MainAgent, Agent: "a1", Description: "sub work", Background: true}},
+		&core.ToolCallStarted{Agent: core.MainAgent, Call: core.ToolCall{UseID: "toolu_1", Name: "Agent", Child: "a1"}},
+		&core.RunStarted{Agent: "a1", Seq: 1, Kind: core.RunKind(core.KindSpawn)},
+		&core.ModelCallEnded{Agent: "a1", Call: "c2", Outcome: "completed", Usage: chat.Usage{InputTokens: 100, OutputTokens: 7}},
+		&core.ToolCallStarted{Agent: "a1", Call: core.ToolCall{UseID: "toolu_2", Name: "Bash", Input: json.RawMessage(`{"command":"sleep 4","description":"Sub sleeps"}`)}},
+		&core.ToolCallStarted{Agent: "a1", Call: core.ToolCall{UseID: "toolu_3", Name: "Read", Input: json.RawMessage(`{"file_path":"x"}`)}},
+		&core.NotificationWritten{Note: core.Note{Key: core.NoteKey{Task: "t1", Run: 1}, Owner: core.MainAgent, Agent: "a1", Kind: core.TaskAgent, Status: "completed", Reply: "done"}},
+		// The main agent's tool calls print no progress.
+		&core.ToolCallStarted{Agent: core.MainAgent, Call: core.ToolCall{UseID: "toolu_4", Name: "Read"}},
+	)
+	want := "system/background_tasks_changed system/task_started system/task_progress system/task_progress " +
+		"system/task_updated system/task_notification system/background_tasks_changed"
+	if got := kinds(t, frames); got != want {
+		t.Fatalf("frames\n  %s\nwant\n  %s", got, want)
+	}
+	p := decode(t, frames[2])
+	u := p["usage"].(map[string]any)
+	if p["task_id"] != "t1" || p["tool_use_id"] != "toolu_1" || p["description"] != "Running Sub sleeps" || p["last_tool_name"] != "Bash" ||
+		p["run_id"] != "t1#1" || u["total_tokens"] != 107.0 || u["tool_uses"] != 1.0 || u["duration_ms"] != 2.0 {
+		t.Errorf("task_progress: %v", p)
+	}
+	if p := decode(t, frames[3]); p["description"] != "Running Read" || p["usage"].(map[string]any)["tool_uses"] != 2.0 {
+		t.Errorf("second task_progress: %v", p)
+	}
+	if u := decode(t, frames[5])["usage"].(map[string]any); u["tool_uses"] != 2.0 {
+		t.Errorf("task_notification usage: %v", u)
+	}
+}
+
+// With Partial, the main agent's live text is stream_event frames as it
+// comes; the committed message completes the stream: the text a slow
+// reader missed, the tool uses, the stops.
+func TestMapPartialMessages(t *testing.T) {
+	m := newTestMapper()
+	m.Partial = true
+	var out []string
+	add := func(fs []Frame) {
+		for _, f := range fs {
+			raw, _ := json.Marshal(f)
+			out = append(out, string(raw))
+		}
+	}
+	add(m.Live(LiveText{Agent: "a1", Call: "c9", Text: "a subagent's text is not streamed"}))
+	add(m.Live(LiveText{Agent: core.MainAgent, Call: "c1", Text: "Hello th"}))
+	add(m.Live(LiveText{Agent: core.MainAgent, Call: "c1", Text: "ere"}))
+	add(m.Map(core.Event{Seq: 1, Body: &core.TranscriptAppended{Agent: core.MainAgent, Message: chat.Message{Role: chat.RoleAssistant, Content: []chat.Block{
+		chat.Text("Hello there, friend."), {Type: chat.BlockToolUse, ID: "toolu_1", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)},
+	}}}}))
+	// A message with nothing streamed (tool use only) is streamed whole.
+	add(m.Map(core.Event{Seq: 2, Body: &core.TranscriptAppended{Agent: core.MainAgent, Message: chat.Message{Role: chat.RoleAssistant, Content: []chat.Block{
+		{Type: chat.BlockToolUse, ID: "toolu_2", Name: "Read", Input: json.RawMessage(`{"file_path":"x"}`)},
+	}}}}))
+	var got []string
+	for _, f := range out {
+		d := decode(t, f)
+		if d["type"] != "stream_event" {
+			got = append(got, fmt.Sprint(d["type"]))
+			continue
+		}
+		ev := d["event"].(map[string]any)
+		s := fmt.Sprint(ev["type"])
+		if i, ok := ev["index"]; ok {
+			s += fmt.Sprint(i)
+		}
+		if dl, ok := ev["delta"].(map[string]any); ok {
+			s += fmt.Sprintf("(%v%v%v)", dl["text"], dl["partial_json"], dl["stop_reason"])
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		"message_start", "content_block_start0", "content_block_delta0(Hello th<nil><nil>)", "content_block_delta0(ere<nil><nil>)",
+		"content_block_delta0(, friend.<nil><nil>)", "assistant", "content_block_stop0",
+		`content_block_start1`, `content_block_delta1(<nil>{"command":"ls"}<nil>)`, "assistant", "content_block_stop1",
+		"message_delta(<nil><nil>tool_use)", "message_stop",
+		"message_start", "content_block_start0", `content_block_delta0(<nil>{"file_path":"x"}<nil>)`, "assistant", "content_block_stop0",
+		"message_delta(<nil><nil>tool_use)", "message_stop",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("frames\n  %s\nwant\n  %s", strings.Join(got, " "), strings.Join(want, " "))
+	}
+	// The stream's frames and the message carry one message id.
+	start := decode(t, out[0])
+	msg := decode(t, out[5])["message"].(map[string]any)
+	if tool := decode(t, out[9])["message"].(map[string]any); tool["id"] != msg["id"] || len(tool["content"].([]any)) != 1 {
+		t.Errorf("the tool use's message %v, want one block of message %v", tool, msg["id"])
+	}
+	if start["api_message_id"] != msg["id"] || start["event"].(map[string]any)["message"].(map[string]any)["id"] != msg["id"] || start["parent_tool_use_id"] != nil {
+		t.Errorf("message_start %v, assistant message id %v", start, msg["id"])
+	}
+	// Without Partial nothing is streamed.
+	m2 := newTestMapper()
+	if fs := m2.Live(LiveText{Agent: core.MainAgent, Call: "c1", Text: "x"}); fs != nil {
+		t.Fatalf("frames without Partial: %v", fs)
+	}
+}
+
+// An assistant message of several blocks is one message per block, with
+// one message id, as the CLI prints it.
+func TestMapMessagePerBlock(t *testing.T) {
+	frames := feed(t, newTestMapper(), &core.TranscriptAppended{Agent: core.MainAgent, Message: chat.Message{Role: chat.RoleAssistant, Content: []chat.Block{
+		chat.Text("first"), {Type: chat.BlockToolUse, ID: "toolu_1", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)},
+	}}})
+	if len(frames) != 2 {
+		t.Fatalf("frames %q", frames)
+	}
+	a, b := decode(t, frames[0])["message"].(map[string]any), decode(t, frames[1])["message"].(map[string]any)
+	if a["id"] != b["id"] || len(a["content"].([]any)) != 1 || len(b["content"].([]any)) != 1 || b["content"].([]any)[0].(map[string]any)["name"] != "Bash" {
+		t.Fatalf("messages %v and %v", a, b)
+	}
+}

@@ -26,11 +26,17 @@ type Session interface {
 	Prompt(ctx context.Context, text string) (string, error)
 	// Interrupt cancels the main agent's run in progress, if any.
 	Interrupt(ctx context.Context) error
-	// Answer answers a permission request.
-	Answer(ctx context.Context, approval core.ApprovalID, allow bool, reason string) error
-	// Events delivers the session's events, once it exists; it is closed
-	// when the session's subscription ends.
-	Events() <-chan core.Event
+	// Answer answers a permission request; input, when allowing and not
+	// nil, is the tool input to run the call with (the program's
+	// updatedInput).
+	Answer(ctx context.Context, approval core.ApprovalID, allow bool, reason string, input json.RawMessage) error
+	// SetMode changes the session's permission mode (vigil's words: ask,
+	// accept-edits, auto, bypass), also before the session exists.
+	SetMode(ctx context.Context, mode string) error
+	// Events delivers the session's events, and live text of the model
+	// calls in flight, once the session exists; it is closed when the
+	// session's subscription ends.
+	Events() <-chan Update
 	// Quiescent waits until nothing is left to run (no run, no live task,
 	// empty inboxes) and returns the sequence number of the last event.
 	Quiescent(ctx context.Context) (int64, error)
@@ -40,6 +46,25 @@ type Session interface {
 	// mapped, so that the mapper knows the session's agents and tasks,
 	// but not printed. It is 0 for a new session.
 	Replayed() int64
+}
+
+// Update is one thing a session delivers: a committed event, or, when Live
+// is not nil, a piece of a model's text while its call is in flight.
+type Update struct {
+	Event core.Event
+	Live  *LiveText
+}
+
+// LiveText is a piece of text of a model call in flight (vigil's
+// text.delta live event).
+type LiveText struct {
+	Agent core.AgentID
+	Call  string
+	Text  string
+	// Reset says the call is retried: its text so far is void. Dropped
+	// says pieces were dropped before this one; the committed message has
+	// them.
+	Reset, Dropped bool
 }
 
 // Server speaks Claude Code's stream-json protocol on in and out for one
@@ -106,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		}
 		readErr <- sc.Err()
 	}()
-	var events <-chan core.Event
+	var events <-chan Update
 	started := false
 	eof := false
 	var last int64 = -1
@@ -147,10 +172,19 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 			if started && events == nil {
 				events = s.Session.Events()
 			}
-		case e, ok := <-events:
+		case u, ok := <-events:
 			if !ok {
 				return errors.New("the session's event stream ended")
 			}
+			if u.Live != nil {
+				for _, fr := range s.Mapper.Live(*u.Live) {
+					if err := s.write(fr); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			e := u.Event
 			s.Mapper.lastSeq = e.Seq
 			frames := s.Mapper.Map(e)
 			if replayed := s.Session.Replayed(); e.Seq <= replayed {
@@ -273,12 +307,37 @@ func (s *Server) control(ctx context.Context, f inFrame) error {
 		}
 		return s.controlOK(f.RequestID, Frame{"still_queued": []any{}})
 	case "set_permission_mode":
-		if req.Mode == s.Mapper.PermissionMode {
-			return s.controlOK(f.RequestID, Frame{})
-		}
-		return s.controlError(f.RequestID, fmt.Sprintf("vigil keeps a session's permission mode (%s) for its life; %s is not applied", s.Mapper.PermissionMode, req.Mode))
+		return s.setMode(ctx, f.RequestID, req.Mode)
 	}
 	return s.controlError(f.RequestID, fmt.Sprintf("control request %q is not supported by vigil", req.Subtype))
+}
+
+// setMode answers set_permission_mode as the CLI does: the new mode, or an
+// error with the CLI's error_code.
+func (s *Server) setMode(ctx context.Context, id, mode string) error {
+	switch mode {
+	case "default", "acceptEdits", "bypassPermissions", "dontAsk":
+	case "plan", "auto":
+		return s.controlErrorCode(id, "invalid_mode", fmt.Sprintf("Cannot set permission mode to %s: vigil has no %s mode (it supports default, acceptEdits, bypassPermissions and dontAsk)", mode, mode))
+	default:
+		return s.controlErrorCode(id, "invalid_mode", "Cannot set permission mode: must be one of acceptEdits, bypassPermissions, default, dontAsk")
+	}
+	if mode == "bypassPermissions" && !s.Args.SkipPermissions && s.Args.PermissionMode != "bypassPermissions" {
+		return s.controlErrorCode(id, "bypass_not_launched", "Cannot set permission mode to bypassPermissions because the session was not launched with --dangerously-skip-permissions")
+	}
+	vm, _ := VigilMode(mode)
+	if vm == "ask" && s.Args.PermissionPromptTool != "stdio" {
+		vm = "auto" // nobody to ask, as at the start
+	}
+	if err := s.Session.SetMode(ctx, vm); err != nil {
+		return s.controlError(id, err.Error())
+	}
+	s.Mapper.PermissionMode = mode
+	return s.controlOK(id, Frame{"mode": mode})
+}
+
+func (s *Server) controlErrorCode(id, code, msg string) error {
+	return s.write(Frame{"type": "control_response", "response": Frame{"subtype": "error", "request_id": id, "error": msg, "error_code": code}})
 }
 
 func (s *Server) controlOK(id string, resp Frame) error {
@@ -312,19 +371,32 @@ func (s *Server) answered(ctx context.Context, id, subtype string, resp json.Raw
 	}
 	delete(s.pending, id)
 	if subtype != "success" {
-		if err := s.Session.Answer(ctx, ap, false, "the program's permission callback failed: "+errMsg); err != nil {
+		if err := s.Session.Answer(ctx, ap, false, "the program's permission callback failed: "+errMsg, nil); err != nil {
 			fmt.Fprintf(s.Stderr, "vigil: the answer to permission request %s was not applied: %v\n", ap, err)
 		}
 		return nil
 	}
 	var d struct {
-		Behavior string `json:"behavior"`
-		Message  string `json:"message"`
+		Behavior     string          `json:"behavior"`
+		Message      string          `json:"message"`
+		UpdatedInput json.RawMessage `json:"updatedInput"`
 	}
 	if err := json.Unmarshal(resp, &d); err != nil {
 		d.Behavior, d.Message = "deny", fmt.Sprintf("unreadable permission answer: %v", err)
 	}
-	if err := s.Session.Answer(ctx, ap, d.Behavior == "allow", d.Message); err != nil {
+	var input json.RawMessage
+	if d.Behavior == "allow" && len(d.UpdatedInput) > 0 && string(d.UpdatedInput) != "null" {
+		input = d.UpdatedInput // the session keeps the model's when it is the same
+	}
+	err := s.Session.Answer(ctx, ap, d.Behavior == "allow", d.Message, input)
+	if err != nil && input != nil {
+		// The updated input was refused (not an object): the call is
+		// denied, with the reason, rather than left waiting. (A request
+		// already gone fails again, below.)
+		fmt.Fprintf(s.Stderr, "vigil: the updated input for permission request %s was refused (%v); the call is denied\n", ap, err)
+		err = s.Session.Answer(ctx, ap, false, "the program's updated input was refused: "+err.Error(), nil)
+	}
+	if err != nil {
 		// Most often the request is gone: an interrupt withdrew it.
 		fmt.Fprintf(s.Stderr, "vigil: the answer to permission request %s was not applied: %v\n", ap, err)
 	}
