@@ -28,6 +28,9 @@ type SessionParams struct {
 	Title string
 	// Prompt, when set, is queued as the first user prompt.
 	Prompt string
+	// MaxRounds bounds the model rounds of the run that takes Prompt
+	// (PromptParams.MaxRounds).
+	MaxRounds int
 	// Provider names one of the runtime's providers; empty means the default.
 	Provider string
 	Model    string
@@ -161,9 +164,10 @@ func (r *Runtime) createSession(ctx context.Context, params *SessionParams) (*Se
 	s := core.NewState()
 	a := r.newActor(id, s, lease)
 	out := r.core.Step(s, r.clock.Now(), core.CreateSession{
-		Session: core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: permissionsIn(p.Permissions), Owner: p.Owner, Budget: budgetIn(p.Budget)},
-		Prompt:  p.Prompt,
-		Driver:  driver,
+		Session:   core.Session{ID: id, Title: p.Title, Cwd: p.Cwd, Dirs: p.Dirs, Provider: p.Provider, Model: p.Model, SubagentModel: p.SubagentModel, Permissions: permissionsIn(p.Permissions), Owner: p.Owner, Budget: budgetIn(p.Budget)},
+		Prompt:    p.Prompt,
+		MaxRounds: p.MaxRounds,
+		Driver:    driver,
 	})
 	if out.Err != nil {
 		a.cancel()
@@ -230,6 +234,11 @@ type PromptParams struct {
 	Text string
 	// Priority is next when empty.
 	Priority Priority
+	// MaxRounds, when positive, bounds the model rounds of the run that
+	// takes the prompt: when it has had that many and its model asks for
+	// another, the run ends round_limit (Claude Code's --max-turns). Zero
+	// sets no bound beyond the session's budget.
+	MaxRounds int
 }
 
 // Prompt queues a user prompt for the session's main agent and returns its
@@ -242,7 +251,7 @@ func (r *Runtime) prompt(ctx context.Context, session SessionID, p *PromptParams
 	if p == nil {
 		return "", invalidf("a prompt needs text")
 	}
-	out, err := r.do(ctx, session, core.UserPrompt{Text: p.Text, Priority: core.Priority(p.Priority)})
+	out, err := r.do(ctx, session, core.UserPrompt{Text: p.Text, Priority: core.Priority(p.Priority), MaxRounds: p.MaxRounds})
 	return ItemID(out.Item), err
 }
 

@@ -56,6 +56,9 @@ const (
 	RunCancelled      RunStatus = "cancelled"
 	RunInterrupted    RunStatus = "interrupted"
 	RunBudgetExceeded RunStatus = "budget_exceeded"
+	// RunRoundLimit: the run had the model rounds its prompt allowed
+	// (PromptParams.MaxRounds) and its model asked for another.
+	RunRoundLimit RunStatus = "round_limit"
 )
 
 // TaskKind is the kind of a task.

@@ -39,7 +39,7 @@ func (st *stepper) createSession(in CreateSession) {
 		Name: name, Model: sess.Model, Provider: sess.Provider, Driver: driver,
 	}})
 	if in.Prompt != "" {
-		st.userPrompt(UserPrompt{Text: in.Prompt, Priority: PriorityNext})
+		st.userPrompt(UserPrompt{Text: in.Prompt, Priority: PriorityNext, MaxRounds: in.MaxRounds})
 	}
 }
 
@@ -57,13 +57,17 @@ func (st *stepper) userPrompt(in UserPrompt) {
 		st.fail(CodeInvalid, "unknown priority %q (want now, next or later)", in.Priority)
 		return
 	}
+	if in.MaxRounds < 0 {
+		st.fail(CodeInvalid, "max rounds %d: want a positive number, or 0 for no bound", in.MaxRounds)
+		return
+	}
 	main := st.s.Agents[MainAgent]
 	if len(main.Inbox) >= st.cfg.MaxInbox {
 		st.fail(CodeConflict, "main agent's inbox is full (%d items)", st.cfg.MaxInbox)
 		return
 	}
 	id := st.nextItemID()
-	st.enqueue(main, Item{ID: id, Kind: KindPrompt, Priority: p, From: "user", Text: in.Text})
+	st.enqueue(main, Item{ID: id, Kind: KindPrompt, Priority: p, From: "user", Text: in.Text, MaxRounds: in.MaxRounds})
 	st.out.Item = id
 	// A person wrote: a blocked or backing-off main agent runs now.
 	st.release(main, "a new prompt")

@@ -343,13 +343,15 @@ type RunStarted struct {
 	// Notes are the notifications among Items: taken, in flight until
 	// a model round with them is accepted (ItemsSeen).
 	Notes []NoteKey `json:"notes,omitempty"`
+	// MaxRounds bounds the run's model rounds (its prompts' bound).
+	MaxRounds int `json:"max_rounds,omitempty"`
 }
 
 // Type implements Body: the name of the event.
 func (*RunStarted) Type() string { return "run.started" }
 func (e *RunStarted) apply(s *State, at time.Time) {
 	a := s.Agents[e.Agent]
-	a.Run = &Run{Seq: e.Seq, Kind: e.Kind, Started: at, UnseenAt: TranscriptPos{Msg: len(a.Transcript)}}
+	a.Run = &Run{Seq: e.Seq, Kind: e.Kind, Started: at, UnseenAt: TranscriptPos{Msg: len(a.Transcript)}, MaxRounds: e.MaxRounds}
 	a.Retry = nil
 	a.State = AgentRunning
 	a.LastActive = at
@@ -500,6 +502,9 @@ func (e *ModelCallEnded) apply(s *State, at time.Time) {
 		// which is about to follow in the transcript.
 		u := e.Usage
 		a.Context = ContextSize{Reported: u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens + u.OutputTokens, At: len(a.Transcript) + 1}
+	}
+	if c := r.Call; c != nil && c.Purpose == "" && e.Outcome == "completed" {
+		r.Turns++
 	}
 	r.Call = nil
 	r.Usage = r.Usage.Add(e.Usage)

@@ -18,6 +18,9 @@ type CreateSession struct {
 	MainName string // default "main"
 	Driver   Driver // default DriverLoop
 	Prompt   string
+	// MaxRounds bounds the model rounds of the run that takes Prompt (see
+	// UserPrompt).
+	MaxRounds int
 }
 
 // UserPrompt queues a user prompt for the main agent. Prompts are the only
@@ -25,6 +28,10 @@ type CreateSession struct {
 type UserPrompt struct {
 	Text     string
 	Priority Priority
+	// MaxRounds, when positive, bounds the model rounds of the run that
+	// takes the prompt: once it has had that many and its model asks for
+	// another (its tool calls done), the run ends round_limit.
+	MaxRounds int
 }
 
 // UserMessage sends a message from the user to any agent. It is answered

@@ -292,6 +292,15 @@ func (st *stepper) nextRound(a *Agent) {
 		st.budgetStop(a, why)
 		return
 	}
+	if r.MaxRounds > 0 && r.Turns >= r.MaxRounds && !st.seed(bugRoundLimitIgnored) {
+		// The prompt's bound: the results close the round's tool calls,
+		// nothing joins, and the next run takes what waits.
+		if len(content) > 0 {
+			st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
+		}
+		st.endRun(a, RunRoundLimit, "", fmt.Sprintf("reached the most model rounds its prompt allows (%d)", r.MaxRounds))
+		return
+	}
 	if items := st.joinable(a); len(items) > 0 {
 		ids, notes := itemIDs(items)
 		content = append(content, st.renderItems(items)...)

@@ -109,7 +109,13 @@ func (st *stepper) startRun(a *Agent, items []*Item) {
 	}
 	st.seedRunStarting(a)
 	content := st.renderItems(items)
-	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids, Notes: notes})
+	maxRounds := 0
+	for _, it := range items {
+		if it.MaxRounds > 0 && (maxRounds == 0 || it.MaxRounds < maxRounds) {
+			maxRounds = it.MaxRounds
+		}
+	}
+	st.emit(&RunStarted{Agent: a.ID, Seq: len(a.Runs) + 1, Kind: kind, Items: ids, Notes: notes, MaxRounds: maxRounds})
 	st.releaseGatesOf(a, items)
 	st.emit(&TranscriptAppended{Agent: a.ID, Message: chat.Message{Role: chat.RoleUser, Content: content}})
 	if st.seed(bugConsumedByFailedRun) {

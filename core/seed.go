@@ -59,4 +59,8 @@ const (
 	// for a person reads as running a tool, and nobody is told it needs
 	// them.
 	bugWhyOverlap seedBug = "why-overlap"
+	// bugRoundLimitIgnored (issue 15): a prompt's bound on its run's model
+	// rounds (Claude Code's --max-turns) is recorded but never checked, so
+	// the run goes on past it.
+	bugRoundLimitIgnored seedBug = "round-limit-ignored"
 )

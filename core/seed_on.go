@@ -18,7 +18,7 @@ type Bug string
 var Bugs = []Bug{
 	Bug(bugNotifiedFlag), Bug(bugOneshotDrain), Bug(bugHeldContinuation), Bug(bugProviderForever),
 	Bug(bugConsumedByFailedRun), Bug(bugSenderWaits), Bug(bugBudgetIgnored), Bug(bugLedgerForgets),
-	Bug(bugQuiescentOwed), Bug(bugWhyOverlap),
+	Bug(bugQuiescentOwed), Bug(bugWhyOverlap), Bug(bugRoundLimitIgnored),
 }
 
 // NewSeeded returns a core with the given configuration and seed bug put

@@ -56,6 +56,9 @@ const (
 	RunFailed      RunStatus = "failed"
 	RunCancelled   RunStatus = "cancelled"
 	RunInterrupted RunStatus = "interrupted"
+	// RunRoundLimit ends a run that had the model rounds its prompt
+	// allowed (UserPrompt.MaxRounds) and whose model asked for another.
+	RunRoundLimit RunStatus = "round_limit"
 )
 
 // ItemKind says what an inbox item is.
@@ -286,6 +289,10 @@ type Run struct {
 	// Delivered lists the notifications this run took in.
 	Delivered []NoteKey `json:"delivered,omitempty"`
 	Round     int       `json:"round"`
+	// Turns counts the run's completed model rounds (compactions aside);
+	// MaxRounds, when positive, is the most it may have.
+	Turns     int `json:"turns,omitempty"`
+	MaxRounds int `json:"max_rounds,omitempty"`
 	// Call is the model call of the current round, in flight or waiting for
 	// a slot; nil while tools run.
 	Call *Call `json:"call,omitempty"`
@@ -408,6 +415,9 @@ type Item struct {
 	// Attempts counts the runs that took the item and failed before their
 	// model saw it.
 	Attempts int `json:"attempts,omitempty"`
+	// MaxRounds bounds the model rounds of the run that takes a prompt
+	// (UserPrompt.MaxRounds).
+	MaxRounds int `json:"max_rounds,omitempty"`
 }
 
 // Holdable reports whether a user hold applies to the item: only prompts

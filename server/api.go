@@ -187,7 +187,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	def := s.opts.Defaults
 	p := &vigil.SessionParams{
-		Title: req.Title, Prompt: req.Prompt, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
+		Title: req.Title, Prompt: req.Prompt, MaxRounds: req.MaxRounds, Provider: req.Provider, Model: req.Model, SubagentModel: req.SubagentModel,
 		Cwd: req.Cwd, Dirs: req.Dirs, Permissions: def.Permissions, Budget: budget,
 	}
 	if p.Title == "" {
@@ -285,7 +285,7 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Text) == "" {
 		return badRequest("text is empty")
 	}
-	item, err := s.rt.Prompt(r.Context(), sid(r), &vigil.PromptParams{Text: req.Text, Priority: req.Priority})
+	item, err := s.rt.Prompt(r.Context(), sid(r), &vigil.PromptParams{Text: req.Text, Priority: req.Priority, MaxRounds: req.MaxRounds})
 	if err != nil {
 		return err
 	}

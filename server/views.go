@@ -15,6 +15,8 @@ import (
 type CreateSessionRequest struct {
 	// Prompt, when set, is queued as the first user prompt.
 	Prompt string `json:"prompt,omitempty"`
+	// MaxRounds bounds the model rounds of the run that takes Prompt.
+	MaxRounds int `json:"max_rounds,omitempty"`
 	// Title defaults to the prompt's first line.
 	Title    string `json:"title,omitempty"`
 	Provider string `json:"provider,omitempty"`
@@ -95,6 +97,9 @@ type PromptRequest struct {
 	Text string `json:"text"`
 	// Priority is now, next (default) or later.
 	Priority vigil.Priority `json:"priority,omitempty"`
+	// MaxRounds bounds the model rounds of the run that takes the prompt
+	// (0: no bound); the run then ends round_limit.
+	MaxRounds int `json:"max_rounds,omitempty"`
 }
 
 // PromptResult says which inbox item a prompt became.

@@ -636,6 +636,8 @@ func checkControls(t *testing.T, lines []map[string]any, work string, planOK boo
 	var results, modes, inits, progress, notes []string
 	for _, m := range lines {
 		switch {
+		case m["type"] == "result" && m["subtype"] == "error_max_turns":
+			results = append(results, fmt.Sprintf("max turns: %v, num_turns %v", m["errors"], m["num_turns"]))
 		case m["type"] == "result":
 			results = append(results, strings.TrimSpace(fmt.Sprint(m["result"])))
 		case m["control"] == "setPermissionMode":
@@ -648,7 +650,8 @@ func checkControls(t *testing.T, lines []map[string]any, work string, planOK boo
 			notes = append(notes, strings.TrimSpace(fmt.Sprint(m["summary"])))
 		}
 	}
-	want := []string{"MAIN: the command printed UPDATED", "MAIN: agent launched.", "MAIN: woke up: SUBAGENT: done after SUB-RAN"}
+	want := []string{"MAIN: the command printed UPDATED", "MAIN: agent launched.", "MAIN: woke up: SUBAGENT: done after SUB-RAN",
+		"max turns: [Reached maximum number of turns (2)], num_turns 3"}
 	if !slices.Equal(results, want) {
 		t.Errorf("results %q, want %q%s", results, want, dump())
 	}
@@ -664,8 +667,8 @@ func checkControls(t *testing.T, lines []map[string]any, work string, planOK boo
 	if !slices.Equal(notes, []string{"SUBAGENT: done after SUB-RAN"}) {
 		t.Errorf("notifications %q%s", notes, dump())
 	}
-	if lines[len(lines)-1]["done"] != true {
-		t.Errorf("the program did not finish%s", dump())
+	if n := len(lines); n < 2 || lines[n-1]["done"] != true || lines[n-2]["thrown"] != "Claude Code returned an error result: Reached maximum number of turns (2)" {
+		t.Errorf("the program did not end with the SDK's error for the last result%s", dump())
 	}
 }
 
@@ -697,6 +700,8 @@ func TestAgentSDKControlsSameAsClaudeCode(t *testing.T) {
 		switch {
 		case strings.Contains(last, "<task-notification>"):
 			return providertest.TextAnswer("MAIN: woke up: SUBAGENT: done after SUB-RAN\n"), true
+		case strings.Contains(last, "Keep running commands") || sdkToolResult(r) && strings.Contains(last, "LOOP"):
+			return providertest.Answer(providertest.ToolUse("", "Bash", `{"command":"echo LOOP","description":"Loop"}`)), true
 		case sdkToolResult(r) && strings.Contains(last, "UPDATED"):
 			return providertest.TextAnswer("MAIN: the command printed UPDATED\n"), true
 		case sdkToolResult(r):

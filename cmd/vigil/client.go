@@ -525,8 +525,10 @@ func printStatusView(e *env, st server.StatusView) {
 
 func cmdSend(ctx context.Context, e *env, args []string) error {
 	var prio string
-	cf, pos, err := clientCommand(e, "send", `send <session> "prompt" [--priority now|next|later]`, 2, args, func(fs *flag.FlagSet) {
+	var maxRounds int
+	cf, pos, err := clientCommand(e, "send", `send <session> "prompt" [--priority now|next|later] [--max-rounds N]`, 2, args, func(fs *flag.FlagSet) {
 		fs.StringVar(&prio, "priority", "", "now (interrupts the model round in flight), next (default: joins the running turn) or later (waits for the turn to end)")
+		fs.IntVar(&maxRounds, "max-rounds", 0, "the most model rounds of the run that takes the prompt; it then ends round_limit (0: no bound)")
 	})
 	if err != nil {
 		return err
@@ -535,7 +537,7 @@ func cmdSend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "prompts"), server.PromptRequest{Text: pos[1], Priority: vigil.Priority(prio)})
+	b, _, err := c.do(ctx, "POST", sessionPath(pos[0], "prompts"), server.PromptRequest{Text: pos[1], Priority: vigil.Priority(prio), MaxRounds: maxRounds})
 	if err != nil {
 		return err
 	}

@@ -33,8 +33,8 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 	if provs.note != "" {
 		fmt.Fprintln(e.stderr, "vigil:", provs.note)
 	}
-	if a.MaxTurns > 0 || len(a.MCPConfig) > 0 {
-		fmt.Fprintln(e.stderr, "vigil: --max-turns and --mcp-config are accepted and not applied")
+	if len(a.MCPConfig) > 0 {
+		fmt.Fprintln(e.stderr, "vigil: --mcp-config is accepted and not applied")
 	}
 	var sf storeFlags
 	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
@@ -70,7 +70,7 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		mode = string(vigil.PermAuto)
 	}
 	sess := &sdkSession{
-		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan ccwire.Update, 256), live: a.IncludePartial,
+		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan ccwire.Update, 256), live: a.IncludePartial, maxTurns: a.MaxTurns,
 		params: vigil.SessionParams{
 			Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: cwd,
 			Permissions: vigil.Permissions{Mode: vigil.PermissionMode(mode), Allow: a.AllowedTools, Deny: a.DisallowedTools},
@@ -86,9 +86,14 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		m.PermissionMode = a.PermissionMode
 	}
 	m.Tools = []string{"Agent", "Bash", "Read", "Write", "Edit", "SendMessage", "TaskOutput", "TaskStop"}
-	m.Partial = a.IncludePartial
+	m.Partial, m.MaxTurns = a.IncludePartial, a.MaxTurns
 	srv := &ccwire.Server{Args: a, Session: sess, Mapper: m, Stderr: e.stderr}
-	return srv.Serve(ctx, os.Stdin, e.stdout)
+	if err := srv.Serve(ctx, os.Stdin, e.stdout); errors.Is(err, ccwire.ErrLastResultError) {
+		return &exitError{code: 1} // the result said what went wrong, as the CLI's does
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // sdkSession is the vigil session behind a stream-json process.
@@ -98,6 +103,8 @@ type sdkSession struct {
 	resume vigil.SessionID
 	events chan ccwire.Update
 	live   bool // pass live text on (--include-partial-messages)
+	// maxTurns bounds each prompt's run (--max-turns; 0: no bound).
+	maxTurns int
 
 	mu       sync.Mutex
 	id       vigil.SessionID
@@ -111,7 +118,7 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.id != "" {
-		_, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt})
+		_, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt, MaxRounds: s.maxTurns})
 		return string(s.id), err
 	}
 	if s.resume != "" {
@@ -123,7 +130,7 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 		s.id = s.resume
 	} else {
 		p := s.params
-		p.Prompt, p.Title = prompt, text.FirstLine(prompt, 60)
+		p.Prompt, p.Title, p.MaxRounds = prompt, text.FirstLine(prompt, 60), s.maxTurns
 		sess, err := s.rt.CreateSession(ctx, &p)
 		if err != nil {
 			return "", err
@@ -139,7 +146,7 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 	s.sub = sub
 	go s.forward(sub)
 	if s.resume != "" {
-		if _, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt}); err != nil {
+		if _, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt, MaxRounds: s.maxTurns}); err != nil {
 			return "", err
 		}
 	}

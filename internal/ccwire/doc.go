@@ -78,9 +78,16 @@
 //     the call runs with (the session's deny rules are checked against
 //     it; one that is not a JSON object denies the call).
 //
+// --max-turns N bounds each prompt's run to N model rounds: a run whose
+// model asks for one more ends round_limit, printed as the CLI's
+// error_max_turns result ("Reached maximum number of turns (N)",
+// num_turns N+1).
+//
 // The process ends when stdin is closed and the session is quiescent: no
 // run, no live task, every inbox empty, as the CLI waits for its
-// background agents after stdin's EOF.
+// background agents after stdin's EOF. Like the CLI, it exits 1 when the
+// last result it printed was an error (the SDK then throws that result's
+// error).
 //
 // # Differences from the CLI
 //
@@ -106,8 +113,8 @@
 //   - session_id is vigil's session id, and is what --resume takes;
 //   - the tools listed in system/init are vigil's; the slash commands,
 //     skills, plugins and models of the initialize response are empty;
-//   - --max-turns and --mcp-config are accepted and not applied (vigil
-//     says so on stderr); other flags not listed in ParseArgs are refused;
+//   - --mcp-config is accepted and not applied (vigil says so on stderr);
+//     other flags not listed in ParseArgs are refused;
 //   - with --include-partial-messages, the stream events of a message
 //     vigil's provider did not stream (tool uses, a subagent's messages)
 //     come whole, one delta per block, when the message is committed, and

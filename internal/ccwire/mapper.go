@@ -30,6 +30,8 @@ type Mapper struct {
 	Tools []string
 	// NewID makes the uuid of each frame.
 	NewID func() string
+	// MaxTurns is --max-turns, for the words of a result it ended.
+	MaxTurns int
 	// Partial adds the CLI's stream_event frames (--include-partial-
 	// messages) for the main agent's messages: the live text as it comes
 	// (Live), the rest of each message when it is committed.
@@ -556,6 +558,8 @@ func (m *Mapper) result(b *core.RunEnded, at time.Time) Frame {
 	case core.RunCompleted:
 	case core.RunCancelled:
 		subtype, isErr, reason = "error_during_execution", true, "aborted_streaming"
+	case core.RunRoundLimit:
+		subtype, isErr, reason = "error_max_turns", true, "max_turns"
 	default:
 		subtype, isErr, reason = "error_during_execution", true, string(b.Status)
 	}
@@ -582,6 +586,17 @@ func (m *Mapper) result(b *core.RunEnded, at time.Time) Frame {
 		msg := b.Error
 		if msg == "" {
 			msg = "run " + string(b.Status)
+		}
+		if b.Status == core.RunRoundLimit {
+			// The CLI's words, and its count: the turn it did not take is
+			// one of num_turns.
+			n := m.MaxTurns
+			if n == 0 {
+				n = t.rounds
+			}
+			msg = fmt.Sprintf("Reached maximum number of turns (%d)", n)
+			f["num_turns"] = t.rounds + 1
+			f["stop_reason"] = "tool_use"
 		}
 		f["errors"] = []string{msg}
 	}

@@ -288,3 +288,24 @@ func TestMapMessagePerBlock(t *testing.T) {
 		t.Fatalf("messages %v and %v", a, b)
 	}
 }
+
+// A run its prompt's round bound ended is the CLI's error_max_turns
+// result, in the CLI's words and count.
+func TestMapMaxTurns(t *testing.T) {
+	m := newTestMapper()
+	m.MaxTurns = 2
+	frames := feed(t, m,
+		&core.RunStarted{Agent: core.MainAgent, Seq: 1, Kind: core.RunKind(core.KindPrompt), MaxRounds: 2},
+		&core.ModelCallEnded{Agent: core.MainAgent, Call: "c1", Outcome: "completed", StopReason: "tool_use"},
+		&core.ModelCallEnded{Agent: core.MainAgent, Call: "c2", Outcome: "completed", StopReason: "tool_use"},
+		&core.RunEnded{Agent: core.MainAgent, Seq: 1, Status: core.RunRoundLimit, Error: "reached the most model rounds its prompt allows (2)"},
+	)
+	r := decode(t, frames[len(frames)-1])
+	if r["subtype"] != "error_max_turns" || r["is_error"] != true || r["terminal_reason"] != "max_turns" || r["num_turns"] != 3.0 ||
+		fmt.Sprint(r["errors"]) != "[Reached maximum number of turns (2)]" || r["stop_reason"] != "tool_use" {
+		t.Fatalf("result %v", r)
+	}
+	if _, ok := r["result"]; ok {
+		t.Fatalf("an error result has a result field: %v", r)
+	}
+}

@@ -84,6 +84,7 @@ type Server struct {
 	out     *json.Encoder
 	pending map[string]core.ApprovalID // can_use_tool request id -> approval
 	reqSeq  int
+	lastErr bool // the last result printed was an error
 }
 
 // inFrame is a line read from the program.
@@ -104,6 +105,8 @@ type inFrame struct {
 }
 
 // Serve runs until in is closed and the session is quiescent, or ctx ends.
+// It returns ErrLastResultError when the last result it printed was an
+// error, as the CLI exits 1 then.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	s.out = json.NewEncoder(out)
 	s.out.SetEscapeHTML(false)
@@ -163,7 +166,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		case seq := <-quiet:
 			last = seq
 			if s.Mapper.lastSeq >= last {
-				return nil
+				return s.ended()
 			}
 		case f := <-lines:
 			if err := s.handle(ctx, f, &started); err != nil {
@@ -217,15 +220,33 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				}
 			}
 			if eof && last >= 0 && e.Seq >= last {
-				return nil
+				return s.ended()
 			}
 		}
 	}
 }
 
+// ErrLastResultError is what Serve returns when the session's last result
+// was an error (interrupted, out of turns, failed): the CLI then exits
+// with status 1, and the Agent SDK reports that result's error.
+var ErrLastResultError = errors.New("the last result was an error")
+
+// ended is Serve's end once the session is done.
+func (s *Server) ended() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr {
+		return ErrLastResultError
+	}
+	return nil
+}
+
 func (s *Server) write(f Frame) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if f["type"] == "result" {
+		s.lastErr = f["is_error"] == true
+	}
 	if err := s.out.Encode(f); err != nil {
 		return fmt.Errorf("write stdout: %w", err)
 	}

@@ -262,3 +262,42 @@ func TestServerReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session whose last result was an error ends Serve with
+// ErrLastResultError (the CLI exits 1, and the SDK reports the result);
+// a later success clears it.
+func TestServerLastResultError(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		statuses []core.RunStatus
+		want     error
+	}{
+		{"interrupted last", []core.RunStatus{core.RunCompleted, core.RunCancelled}, ErrLastResultError},
+		{"out of rounds last", []core.RunStatus{core.RunRoundLimit}, ErrLastResultError},
+		{"success after an error", []core.RunStatus{core.RunCancelled, core.RunCompleted}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newFakeSession()
+			w := startServer(t, s, "default")
+			w.send(`{"type":"user","message":{"role":"user","content":"go"}}`)
+			<-s.prompts
+			seq := int64(0)
+			for i, st := range c.statuses {
+				seq++
+				s.event(core.Event{Seq: seq, Body: &core.RunStarted{Agent: core.MainAgent, Seq: i + 1}})
+				seq++
+				s.event(core.Event{Seq: seq, Body: &core.RunEnded{Agent: core.MainAgent, Seq: i + 1, Status: st}})
+			}
+			for results := 0; results < len(c.statuses); {
+				if w.read()["type"] == "result" {
+					results++
+				}
+			}
+			w.in.Close()
+			s.quiet <- seq
+			if err := <-w.done; err != c.want {
+				t.Fatalf("Serve: %v, want %v", err, c.want)
+			}
+		})
+	}
+}

@@ -52,6 +52,11 @@ type itemInfo struct {
 
 type runInfo struct {
 	lastJoin, lastCall int
+	// bound is the least round bound of the prompts the run took (0:
+	// none); turns counts its completed model rounds, call is its model
+	// call in flight when that is a turn, not a compaction.
+	bound, turns int
+	call         core.CallID
 }
 
 func newChecker(w *world) *checker {
@@ -166,6 +171,12 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 		c.idx++
 		switch b := e.Body.(type) {
 		case *core.ModelCallEnded:
+			if r := c.runs[runKey(b.Agent, c.cur[b.Agent])]; r != nil && r.call == b.Call {
+				r.call = ""
+				if b.Outcome == "completed" {
+					r.turns++
+				}
+			}
 			if b.Outcome == "completed" {
 				for x := s.Agents[b.Agent]; x != nil; x = s.Agents[x.Owner] {
 					sp := c.spent[x.ID]
@@ -211,6 +222,11 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 				// A provider process or an outside caller gets the items
 				// when the run starts; there is no model round of ours.
 				ri.lastCall = c.idx
+			}
+			for _, id := range b.Items {
+				if info := c.items[id]; info != nil && info.item.MaxRounds > 0 && (ri.bound == 0 || info.item.MaxRounds < ri.bound) {
+					ri.bound = info.item.MaxRounds
+				}
 			}
 			c.runs[runKey(b.Agent, b.Seq)] = ri
 			c.cur[b.Agent] = b.Seq
@@ -290,9 +306,18 @@ func (c *checker) afterStep(in core.Input, out core.Output) {
 			c.checkBudgets(b.Agent)
 			if r := c.runs[runKey(b.Agent, c.cur[b.Agent])]; r != nil {
 				r.lastCall = c.idx
+				if b.Purpose == "" {
+					r.call = b.Call
+					if r.bound > 0 && r.turns >= r.bound {
+						c.violateRun("10", b.Agent, c.cur[b.Agent], fmt.Sprintf("model round %d started past its prompt's bound of %d rounds", r.turns+1, r.bound))
+					}
+				}
 			}
 		case *core.RunEnded:
 			ended = append(ended, b)
+			if r := c.runs[runKey(b.Agent, b.Seq)]; r != nil && b.Status == core.RunRoundLimit && (r.bound == 0 || r.turns != r.bound) {
+				c.violateRun("10", b.Agent, b.Seq, fmt.Sprintf("run ended round_limit after %d rounds, its prompts' bound being %d", r.turns, r.bound))
+			}
 			var lost []core.ItemID
 			for id, info := range c.items {
 				if info.held == b.Seq && info.item.Agent == b.Agent {

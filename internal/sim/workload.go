@@ -60,8 +60,12 @@ func (w *world) generateWorkload() {
 		switch k := w.rng.IntN(100); {
 		case k < 20:
 			prio := w.priority()
+			bound := 0
+			if w.limits.IntN(4) == 0 {
+				bound = 1 + w.limits.IntN(3) // the prompt bounds its run's rounds
+			}
 			w.schedule(at, 0, "user prompt", func() core.Input {
-				return core.UserPrompt{Text: w.token("prompt"), Priority: prio}
+				return core.UserPrompt{Text: w.token("prompt"), Priority: prio, MaxRounds: bound}
 			})
 		case k < 40:
 			prio := w.priority()

@@ -2,7 +2,8 @@
 // its controls: partial messages (includePartialMessages), a permission
 // callback that rewrites the command it allows (updatedInput),
 // setPermissionMode (a mode the executable refuses, then one it takes),
-// and a background subagent whose progress it follows (task_progress). It
+// a background subagent whose progress it follows (task_progress), and
+// maxTurns, which ends a prompt that keeps running commands. It
 // prints one JSON line per SDK message, callback and control answer.
 //
 //   node controls.mjs <path to the executable> <scratch dir>
@@ -33,7 +34,9 @@ async function* prompts() {
   }
   yield user('Start a background agent that runs a command, then end your turn.');
   await gate(); // the launch turn
-  await gate(); // the wake turn; then stdin closes
+  await gate(); // the wake turn
+  yield user('Keep running commands.');
+  await gate(); // ended by maxTurns; then stdin closes
 }
 
 q = query({
@@ -43,6 +46,7 @@ q = query({
     cwd,
     permissionMode: 'default',
     includePartialMessages: true,
+    maxTurns: 2,
     canUseTool: async (toolName, input) => {
       log({ callback: 'canUseTool', tool: toolName, command: input.command ?? null });
       if (toolName === 'Bash' && String(input.command).includes('ORIGINAL')) {
@@ -54,6 +58,7 @@ q = query({
   },
 });
 
+try {
 for await (const m of q) {
   const o = { type: m.type };
   if (m.subtype) o.subtype = m.subtype;
@@ -75,9 +80,18 @@ for await (const m of q) {
     o.tool_uses = m.usage?.tool_uses;
   }
   if (m.type === 'system' && m.subtype === 'task_notification') o.summary = m.summary;
-  if (m.type === 'result') o.result = m.result;
+  if (m.type === 'result') {
+    o.result = m.result;
+    if (m.errors) o.errors = m.errors;
+    o.num_turns = m.num_turns;
+  }
   if (m.type === 'system' && (m.subtype === 'session_state_changed' || m.subtype === 'api_retry' || m.subtype === 'status')) continue;
   log(o);
   if (m.type === 'result') next();
+}
+} catch (e) {
+  // The last turn ended in an error result: the executable exits 1, and
+  // the SDK throws that result's error.
+  log({ thrown: String(e.message ?? e) });
 }
 log({ done: true });
