@@ -101,7 +101,7 @@ func (f *providerFlags) build(e *env, logger *slog.Logger) (*providerSet, error)
 			if !configured {
 				key = e.getenv("OPENAI_API_KEY")
 			}
-			set.drivers[n] = codex.New(codex.Options{Path: pc.Path, Model: pc.Model, APIKey: key, APIKeyEnv: pc.APIKeyEnv, PassEnv: cfg.CommandEnv, Logger: logger})
+			set.drivers[n] = codex.New(codex.Options{Path: pc.Path, Model: pc.Model, APIKey: key, APIKeyEnv: pc.APIKeyEnv, PassEnv: cfg.CommandEnv, Logger: logger, IdleRelease: 10 * time.Minute})
 		}
 	}
 	if _, ok := set.drivers[name]; ok {

@@ -79,7 +79,7 @@ type rig struct {
 	cwd  string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, set ...func(*Options)) *rig {
 	t.Helper()
 	path := codexPath(t)
 	srv := providertest.NewResponses(t)
@@ -95,7 +95,11 @@ func newRig(t *testing.T) *rig {
 	}
 	// HOME is a directory of the test's: the login shells Codex runs its
 	// commands in read no profile of the machine's.
-	r := rigWith(t, Options{Path: path, Home: home, APIKey: testKey, APIKeyEnv: "FAKE_OPENAI_KEY", Env: []string{"HOME=" + home}})
+	opts := Options{Path: path, Home: home, APIKey: testKey, APIKeyEnv: "FAKE_OPENAI_KEY", Env: []string{"HOME=" + home}}
+	for _, f := range set {
+		f(&opts)
+	}
+	r := rigWith(t, opts)
 	r.srv = srv
 	if os.Getenv("VIGIL_CODEX_RECORD") == "1" {
 		record(t, r.drv)

@@ -9,7 +9,7 @@
 // no "jsonrpc" member (`codex app-server generate-json-schema` prints the
 // schema). The driver sends initialize (clientInfo, capabilities
 // experimentalApi), the initialized notification, then thread/start
-// {cwd, model, approvalPolicy "never", sandbox} or, to resume,
+// {cwd, model, approvalPolicy, sandbox} or, to resume,
 // thread/resume {threadId, excludeTurns: true, ...}; the answer's thread.id
 // is the agent's provider session (core.ExternalTurnStarted.Session), kept
 // by vigil for the next process. A delivery is turn/start {threadId, input:
@@ -17,12 +17,13 @@
 // turn/steer {threadId, input, expectedTurnId} while a turn is in progress
 // (a turn/start the driver sent is waited for until turn/started comes). A
 // cancel is turn/interrupt {threadId, turnId}; the turn ends with
-// turn/completed status "interrupted". Requests Codex sends its client
-// (item/commandExecution/requestApproval, item/tool/requestUserInput, ...)
-// are answered at once with error -32601, so Codex never waits on vigil;
-// with approvalPolicy "never" none is expected. Answers to the driver's
-// requests come before the notifications they cause (turn/start's answer
-// before turn/started).
+// turn/completed status "interrupted". Codex's approval requests
+// (item/commandExecution/requestApproval, item/fileChange/requestApproval)
+// are vigil's permission requests (below); its other requests
+// (item/tool/requestUserInput, MCP elicitations, ...) are answered at once
+// with error -32601, so Codex never waits on vigil for them. Answers to
+// the driver's requests come before the notifications they cause
+// (turn/start's answer before turn/started).
 //
 // # Mapping (verified on the CLI 0.169.0)
 //
@@ -135,7 +136,37 @@
 // that thread/resume reads back; a thread that cannot be resumed is
 // replaced by a new one, at warn.
 //
-// Permissions are not asked: threads run with approvalPolicy "never",
-// with sandbox "danger-full-access" in bypass mode and "workspace-write"
-// otherwise; AnswerPermission has nothing to answer.
+// Idle release (Options.IdleRelease; vigil's CLI sets 10 minutes) ends a
+// process once its thread is open and it has printed nothing and been
+// handed nothing for that long, with no turn in progress or being started
+// on any of its threads, no command running, no approval request waiting
+// and no wake owed. Live work defers it without bound, so a release never
+// ends work as lost. The next delivery starts a new process, which
+// resumes the thread.
+//
+// # Permissions (verified on the CLI 0.169.0)
+//
+// A thread's approvalPolicy and sandbox follow the session's mode when
+// the process opens it:
+//   - bypass: "never" and "danger-full-access": nothing is asked;
+//   - auto: "on-request" and "workspace-write": commands run in the
+//     sandbox (writes in the working directory and the temporary
+//     directories; elsewhere "Read-only file system") without asking, and
+//     Codex asks only to run one outside it;
+//   - ask and accept-edits: "untrusted" and "workspace-write": Codex asks
+//     before every command it does not know to be safe.
+//
+// A request is a core.ExternalPermission of the agent (Tool Bash with the
+// model's command line, taken out of Codex's "/bin/bash -lc '…'", or
+// Write with the file change's paths; UseID the item), which the session's
+// rules decide or a person answers; AnswerPermission answers it accept or
+// decline (Codex tells the model "rejected by user"). Measured: Codex runs
+// a command it asked about and was allowed outside its sandbox; it has no
+// "accept, sandboxed". An allow with a changed input is declined (Codex
+// takes none). A request Codex withdraws (serverRequest/resolved before an
+// answer: its turn was interrupted) is withdrawn in vigil, and its command,
+// which never ran, is closed at the turn's end rather than mirrored as a
+// task. A mode changed later (SetPermissionMode) reaches a thread when a
+// new process opens it; until then vigil's rules still decide every
+// request the thread's policy sends.
 package codex

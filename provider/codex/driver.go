@@ -76,8 +76,15 @@ type Options struct {
 	// RequestTimeout bounds the wait for the answer to a JSON-RPC request
 	// (DefaultRequestTimeout).
 	RequestTimeout time.Duration
-	// Clock is the time source of Close and of request timeouts; nil means
-	// the real clock.
+	// IdleRelease ends a process that has printed nothing, had no turn in
+	// progress on any of its threads, no command running and no request
+	// waiting for this long, to save its memory; the next delivery starts
+	// a new process, which resumes the thread. Live work defers it without
+	// bound: nothing a process runs is ended by a release. Zero never
+	// releases.
+	IdleRelease time.Duration
+	// Clock is the time source of Close, of request timeouts and of idle
+	// release; nil means the real clock.
 	Clock shell.Clock
 }
 
@@ -159,6 +166,7 @@ func (d *Driver) Start(ctx context.Context, p *provider.SessionStart) (provider.
 		return nil, fmt.Errorf("start codex: %w", err)
 	}
 	d.log.Info("codex: process started", "session", p.Session, "agent", p.Agent, "pid", pr.pid, "resume", p.Resume, "thread", pr.mainThread(), "args", args)
+	pr.markOpened()
 	return pr, nil
 }
 
@@ -241,21 +249,23 @@ type Stats struct {
 	// IgnoredFrames counts notifications and items that map to nothing
 	// (deltas, status, reasoning; at debug).
 	IgnoredFrames int64
-	// RefusedRequests counts requests of Codex (approvals, user input)
+	// RefusedRequests counts requests of Codex (user input, elicitations)
 	// answered with an error so that it does not wait.
 	RefusedRequests int64
 	// Wakes counts the turns the driver started on a thread because work
 	// of its own ended (Codex starts none).
 	Wakes int64
+	// IdleReleases counts processes ended by IdleRelease.
+	IdleReleases int64
 }
 
 type counters struct {
-	malformed, undecodable, ignored, refused, wakes atomic.Int64
+	malformed, undecodable, ignored, refused, wakes, idleReleases atomic.Int64
 }
 
 // Stats returns the driver's counters.
 func (d *Driver) Stats() Stats {
 	c := &d.stats
 	return Stats{MalformedLines: c.malformed.Load(), UndecodableFrames: c.undecodable.Load(), IgnoredFrames: c.ignored.Load(),
-		RefusedRequests: c.refused.Load(), Wakes: c.wakes.Load()}
+		RefusedRequests: c.refused.Load(), Wakes: c.wakes.Load(), IdleReleases: c.idleReleases.Load()}
 }

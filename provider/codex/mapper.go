@@ -74,6 +74,9 @@ type command struct {
 	background      bool
 	stopped         bool
 	done            bool
+	// awaiting is set while Codex waits for vigil's answer to run it: it
+	// has not run, and is not backgrounded.
+	awaiting bool
 }
 
 // wake asks the process to start a turn on thread with text.
@@ -318,7 +321,7 @@ func (m *mapper) backgrounded(t *thread, all bool) []core.Input {
 	var ins []core.Input
 	for _, id := range m.order {
 		c := m.commands[id]
-		if c.thread != t.id || c.done || c.background || (!all && c.response >= t.responses) {
+		if c.thread != t.id || c.done || c.background || c.awaiting || (!all && c.response >= t.responses) {
 			continue
 		}
 		c.background = true
@@ -538,9 +541,45 @@ func (m *mapper) finish() []core.Input {
 	return out
 }
 
+// busy says what live work the process has, or "": a turn in progress or
+// being started, a command running, a wake owed.
+func (m *mapper) busy() string {
+	for _, t := range m.threads {
+		switch {
+		case t.turn != "" || t.starting:
+			return "a turn is in progress on thread " + t.id
+		case len(t.owed) > 0 || len(t.held) > 0:
+			return "thread " + t.id + " is owed a wake"
+		}
+	}
+	for _, id := range m.order {
+		if c := m.commands[id]; !c.done {
+			return "command " + c.id + " runs"
+		}
+	}
+	return ""
+}
+
+// awaiting marks command id as waiting for vigil's answer to its
+// approval request, or no longer.
+func (m *mapper) awaiting(id string, on bool) {
+	if c := m.commands[id]; c != nil {
+		c.awaiting = on
+	}
+}
+
 func (m *mapper) turnCompleted(p turnParams) ([]core.Input, []wake) {
 	t := m.thread(p.ThreadID)
 	ins := m.backgrounded(t, true)
+	for _, id := range m.order {
+		// A command whose approval the turn's end withdrew never ran:
+		// its call is closed, not mirrored as a task.
+		if c := m.commands[id]; c.thread == t.id && c.awaiting && !c.done {
+			c.done, c.awaiting = true, false
+			ins = append(ins, core.ExternalMessage{Agent: m.agent, Mirror: m.mirror(t.id), Message: chat.Message{Role: chat.RoleUser,
+				Content: []chat.Block{chat.ToolResult(c.id, "not run: the turn ended while its permission request waited", true)}}})
+		}
+	}
 	wake := t.wakeTurn
 	t.turn, t.wakeTurn, t.starting = "", false, false
 	status := p.Turn.Status

@@ -29,6 +29,7 @@ var ErrEnded = provider.ErrProcessEnded
 const (
 	causeClosed     = "closed by vigil"
 	causeFailedOpen = "the thread could not be opened"
+	causeIdle       = "idle release"
 )
 
 // outputWaitDelay bounds how long the driver waits, after Codex exited,
@@ -73,6 +74,16 @@ type process struct {
 	nextID  int64
 	pending map[int64]func(json.RawMessage, *rpcError)
 	term    shell.Timer
+	// asks are Codex's approval requests waiting for vigil's answer, by
+	// the Request vigil knows them as; edits are the paths of the file
+	// changes Codex started, by item, for the requests that name none.
+	asks  map[string]askRef
+	edits map[string][]string
+	// lastActive is when Codex last printed or was handed work; idle
+	// checks the process for IdleRelease.
+	lastActive time.Time
+	idle       shell.Timer
+	opened     bool // the thread is open: idle release may begin
 
 	stderr   shell.TailBuffer
 	outR     *os.File
@@ -85,6 +96,13 @@ type process struct {
 
 var _ provider.SessionProcess = (*process)(nil)
 
+// askRef is an approval request of Codex's: its JSON-RPC id, and the item
+// of the command it asks about ("" for a file change).
+type askRef struct {
+	rpcID   json.RawMessage
+	command string
+}
+
 func newProcess(d *Driver, p *provider.SessionStart, emit func(core.Input)) *process {
 	log := d.log.With("session", p.Session, "agent", p.Agent)
 	model := p.Model
@@ -94,6 +112,7 @@ func newProcess(d *Driver, p *provider.SessionStart, emit func(core.Input)) *pro
 	pr := &process{
 		d: d, log: log, agent: p.Agent, emitFn: emit, perm: p.PermissionMode, model: model, cwd: p.Cwd, cgroup: p.Cgroup,
 		m: newMapper(p.Agent, log, &d.stats), pending: map[int64]func(json.RawMessage, *rpcError){},
+		asks: map[string]askRef{}, edits: map[string][]string{},
 		stderr:   shell.TailBuffer{Max: DefaultStderrTail},
 		readDone: make(chan struct{}), errDone: make(chan struct{}),
 		exitedCh: make(chan struct{}), done: make(chan struct{}),
@@ -273,6 +292,7 @@ func (p *process) handle(line []byte) {
 	if p.d.trace != nil {
 		p.d.trace(line)
 	}
+	p.touch()
 	msg, err := decodeMessage(line)
 	if errors.Is(err, errEmptyLine) {
 		return
@@ -286,8 +306,9 @@ func (p *process) handle(line []byte) {
 	case msg.Method == "" && msg.ID != nil:
 		p.response(msg)
 	case msg.Method != "" && msg.ID != nil:
-		p.refuseRequest(msg)
+		p.request(msg)
 	default:
+		p.observe(msg)
 		p.mu.Lock()
 		ins, wakes := p.m.feed(msg.Method, msg.Params)
 		p.cond.Broadcast()
@@ -324,10 +345,124 @@ func (p *process) response(msg *rpcMessage) {
 	f(msg.Result, msg.Error)
 }
 
-// refuseRequest answers a request of Codex (an approval, a question for
-// the user, a dynamic tool call) with an error, so that it does not wait:
-// vigil starts its threads with approvalPolicy "never", so none is
-// expected.
+// request takes a request of Codex: an approval of a command or a file
+// change becomes vigil's (core.ExternalPermission), which the session's
+// permissions decide or a person answers (AnswerPermission); anything
+// else is refused at once, so that Codex does not wait.
+func (p *process) request(msg *rpcMessage) {
+	var ask struct {
+		ThreadID string `json:"threadId"`
+		ItemID   string `json:"itemId"`
+		Command  string `json:"command"`
+		Cwd      string `json:"cwd"`
+		Reason   string `json:"reason"`
+	}
+	var tool string
+	var input map[string]any
+	switch msg.Method {
+	case "item/commandExecution/requestApproval":
+		if json.Unmarshal(msg.Params, &ask) != nil || ask.Command == "" {
+			p.refuseRequest(msg)
+			return
+		}
+		tool, input = "Bash", map[string]any{"command": modelCommand(ask.Command)}
+	case "item/fileChange/requestApproval":
+		if json.Unmarshal(msg.Params, &ask) != nil {
+			p.refuseRequest(msg)
+			return
+		}
+		p.mu.Lock()
+		paths := p.edits[ask.ItemID]
+		p.mu.Unlock()
+		tool, input = "Write", map[string]any{}
+		if len(paths) > 0 {
+			input["file_path"] = paths[0]
+		}
+		if len(paths) > 1 {
+			input["file_paths"] = paths
+		}
+	default:
+		p.refuseRequest(msg)
+		return
+	}
+	if ask.Reason != "" {
+		input["reason"] = ask.Reason
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		p.refuseRequest(msg)
+		return
+	}
+	id := "codex-" + string(*msg.ID)
+	ref := askRef{rpcID: *msg.ID}
+	p.mu.Lock()
+	if tool == "Bash" {
+		ref.command = ask.ItemID
+		p.m.awaiting(ask.ItemID, true)
+	}
+	p.asks[id] = ref
+	p.mu.Unlock()
+	p.emit(core.ExternalPermission{Agent: p.agent, Request: id, Tool: tool, Input: raw, UseID: ask.ItemID})
+}
+
+// observe notes, of a notification, what requests need: the paths of a
+// file change as it starts, and the end of a request Codex no longer
+// waits for (serverRequest/resolved of one vigil did not answer: the turn
+// was interrupted), which withdraws it.
+func (p *process) observe(msg *rpcMessage) {
+	switch msg.Method {
+	case "item/started":
+		var it struct {
+			Item struct {
+				Type    string `json:"type"`
+				ID      string `json:"id"`
+				Changes []struct {
+					Path string `json:"path"`
+				} `json:"changes"`
+			} `json:"item"`
+		}
+		if json.Unmarshal(msg.Params, &it) != nil || it.Item.Type != "fileChange" {
+			return
+		}
+		var paths []string
+		for _, c := range it.Item.Changes {
+			paths = append(paths, c.Path)
+		}
+		p.mu.Lock()
+		p.edits[it.Item.ID] = paths
+		p.mu.Unlock()
+	case "item/completed":
+		var it struct {
+			Item struct {
+				ID string `json:"id"`
+			} `json:"item"`
+		}
+		if json.Unmarshal(msg.Params, &it) == nil {
+			p.mu.Lock()
+			delete(p.edits, it.Item.ID)
+			p.mu.Unlock()
+		}
+	case "serverRequest/resolved":
+		var r struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(msg.Params, &r) != nil {
+			return
+		}
+		id := "codex-" + string(r.RequestID)
+		p.mu.Lock()
+		_, waiting := p.asks[id]
+		delete(p.asks, id)
+		p.mu.Unlock()
+		if waiting {
+			p.emit(core.ExternalPermissionWithdrawn{Agent: p.agent, Request: id})
+		}
+	}
+}
+
+// refuseRequest answers a request of Codex (a question for the user, a
+// dynamic tool call, an MCP elicitation) with an error, so that it does
+// not wait.
 func (p *process) refuseRequest(msg *rpcMessage) {
 	p.d.stats.refused.Add(1)
 	p.log.Warn("codex: Codex asked its client for something vigil does not answer; refused", "method", msg.Method)
@@ -408,7 +543,7 @@ func (p *process) open(ctx context.Context, st *provider.SessionStart) error {
 	if err := p.write(rpcNotification{Method: "initialized"}); err != nil {
 		return fmt.Errorf("initialized: %w", err)
 	}
-	params := map[string]any{"approvalPolicy": "never", "sandbox": sandboxFor(p.perm)}
+	params := map[string]any{"approvalPolicy": approvalFor(p.perm), "sandbox": sandboxFor(p.perm)}
 	if st.Cwd != "" {
 		params["cwd"] = st.Cwd
 	}
@@ -449,6 +584,24 @@ func sandboxFor(m core.PermissionMode) string {
 		return "danger-full-access"
 	}
 	return "workspace-write"
+}
+
+// approvalFor is the approval policy of a thread. In bypass none is
+// asked. In auto, "on-request": every command runs in the workspace-write
+// sandbox without asking, and Codex asks only to run one outside it,
+// which vigil's rules decide (what they do not allow is declined). In ask
+// and accept-edits, "untrusted": Codex asks before every command it does
+// not know to be safe, and vigil's permissions decide or a person
+// answers. Measured on 0.169.0: a command Codex asked about and was
+// allowed runs outside the sandbox (Codex has no "accept, sandboxed").
+func approvalFor(m core.PermissionMode) string {
+	switch m {
+	case core.PermBypass:
+		return "never"
+	case core.PermAuto:
+		return "on-request"
+	}
+	return "untrusted"
 }
 
 func (p *process) setMain(id string) {
@@ -498,6 +651,7 @@ func (p *process) Deliver(text string, _ core.Priority) error {
 		p.mu.Unlock()
 		return fmt.Errorf("deliver: %w", ErrEnded)
 	}
+	p.lastActive = p.d.opts.Clock.Now()
 	turn, err := p.settledTurnLocked(p.m.main)
 	p.mu.Unlock()
 	if err != nil {
@@ -649,11 +803,30 @@ func (p *process) StopTask(id string) error {
 	return nil
 }
 
-// AnswerPermission implements provider.SessionProcess. The driver runs
-// threads with approvalPolicy "never": Codex asks no permission, so there
-// is nothing to answer.
-func (p *process) AnswerPermission(request string, _ bool, _ string, _ json.RawMessage) error {
-	return fmt.Errorf("codex: no permission request %s is pending", request)
+// AnswerPermission implements provider.SessionProcess: accept or decline
+// Codex's approval request. Codex takes no other input for the call, so
+// an updated input cannot be applied: the call is declined instead, and
+// the model is told so by Codex.
+func (p *process) AnswerPermission(request string, allow bool, _ string, input json.RawMessage) error {
+	decision := "decline"
+	if allow && len(input) == 0 {
+		decision = "accept"
+	} else if allow {
+		p.log.Warn("codex: an approval with a changed input cannot be applied to Codex; the call is declined", "request", request)
+	}
+	p.mu.Lock()
+	ref, asked := p.asks[request]
+	delete(p.asks, request)
+	if asked && decision == "accept" && ref.command != "" {
+		p.m.awaiting(ref.command, false)
+	}
+	p.mu.Unlock()
+	if !asked {
+		// Codex withdrew it (its turn ended): nothing waits for the answer.
+		p.log.Debug("codex: an answer to a permission request Codex no longer waits for", "request", request)
+		return nil
+	}
+	return p.write(map[string]any{"id": ref.rpcID, "result": map[string]any{"decision": decision}})
 }
 
 // write sends one JSON line to stdin.
@@ -703,12 +876,25 @@ func (p *process) Close() error {
 // end starts ending the process for cause (the first cause given wins).
 func (p *process) end(cause string) {
 	p.mu.Lock()
+	if !p.endLocked(cause) {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.closeStdin()
+}
+
+// endLocked begins to end the process (see end) and reports whether the
+// caller must close its stdin, once p.mu is released. p.mu is held.
+func (p *process) endLocked(cause string) bool {
 	if p.cause == "" && !p.exited {
 		p.cause = cause
 	}
 	if p.ending || p.exited {
-		p.mu.Unlock()
-		return
+		return false
+	}
+	if p.idle != nil {
+		p.idle.Stop()
 	}
 	p.ending = true
 	p.m.ending = true
@@ -721,8 +907,64 @@ func (p *process) end(cause string) {
 			p.term = p.d.opts.Clock.AfterFunc(grace, func() { p.signal(syscall.SIGKILL) })
 		}
 	})
+	return true
+}
+
+// opened marks the thread open: from now on the process may be released
+// when idle.
+func (p *process) markOpened() {
+	p.mu.Lock()
+	p.opened = true
 	p.mu.Unlock()
-	p.closeStdin()
+	p.touch()
+}
+
+// touch notes activity and schedules the idle check.
+func (p *process) touch() {
+	if p.d.opts.IdleRelease <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastActive = p.d.opts.Clock.Now()
+	if p.opened && p.idle == nil && !p.ending && !p.exited {
+		p.idle = p.d.opts.Clock.AfterFunc(p.d.opts.IdleRelease, p.idleCheck)
+	}
+}
+
+// idleCheck ends the process once it has been idle for IdleRelease: it
+// printed nothing and was handed nothing, and no thread has a turn in
+// progress or being started, no command runs, no request waits for an
+// answer and no wake is owed. Live work defers it.
+func (p *process) idleCheck() {
+	o := &p.d.opts
+	p.mu.Lock()
+	p.idle = nil
+	if p.ending || p.exited {
+		p.mu.Unlock()
+		return
+	}
+	if quiet := o.Clock.Now().Sub(p.lastActive); quiet < o.IdleRelease {
+		p.idle = o.Clock.AfterFunc(o.IdleRelease-quiet, p.idleCheck)
+		p.mu.Unlock()
+		return
+	}
+	if why := p.m.busy(); why != "" || len(p.asks) > 0 {
+		if why == "" {
+			why = "a permission request waits"
+		}
+		p.log.Debug("codex: idle release deferred", "reason", why)
+		p.idle = o.Clock.AfterFunc(o.IdleRelease, p.idleCheck)
+		p.mu.Unlock()
+		return
+	}
+	p.d.stats.idleReleases.Add(1)
+	p.log.Info("codex: idle release", "pid", p.pid, "idle_for", o.IdleRelease)
+	closeIn := p.endLocked(causeIdle)
+	p.mu.Unlock()
+	if closeIn {
+		p.closeStdin()
+	}
 }
 
 // signal signals the process group unless the leader has been reaped.
