@@ -99,7 +99,7 @@ func (a *actor) startCall(ef core.CallModel) {
 		// A compaction request keeps the tools: its prompt holds tool
 		// calls and results, which the Anthropic API refuses without the
 		// tools' definitions, and the same tools keep the cached prefix.
-		Tools: tool.Specs(), Purpose: ef.Purpose,
+		Tools: a.rt.specsFor(SessionID(a.id)), Purpose: ef.Purpose,
 	}
 	go func() {
 		if p == nil {
@@ -223,6 +223,13 @@ func (r *Runtime) execTool(ctx context.Context, env toolEnv, ef core.ExecTool) (
 		}
 		return ws.Exec(ctx, ef.Name, ef.Input)
 	default:
+		if ts := r.toolsOf(SessionID(env.session)); ts != nil {
+			for _, s := range ts.Specs() {
+				if s.Name == ef.Name {
+					return ts.Call(ctx, ef.Name, ef.Input)
+				}
+			}
+		}
 		return fmt.Sprintf("Error: unknown tool %q", ef.Name), true
 	}
 }

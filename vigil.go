@@ -153,6 +153,8 @@ type Runtime struct {
 	started time.Time
 	iso     Isolation
 	sandbox sandbox.Report
+	// tools are the sessions' added tools (SetTools), under mu.
+	tools map[SessionID]ToolSet
 }
 
 // Open starts a runtime on a store and takes over every open session in it:

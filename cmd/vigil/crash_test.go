@@ -35,6 +35,9 @@ var (
 // starts it as a child process and kills it.
 func TestMain(m *testing.M) {
 	sandbox.Main()
+	if os.Getenv(testMCPServerEnv) == "1" {
+		os.Exit(runTestMCPServer())
+	}
 	if os.Getenv("VIGIL_AS_CLI") == "1" {
 		ctx, stop := signalContext()
 		defer stop()

@@ -13,6 +13,7 @@ import (
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/ccwire"
+	"github.com/vigilrun/vigil/internal/mcpclient"
 	"github.com/vigilrun/vigil/internal/text"
 )
 
@@ -33,8 +34,9 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 	if provs.note != "" {
 		fmt.Fprintln(e.stderr, "vigil:", provs.note)
 	}
-	if len(a.MCPConfig) > 0 {
-		fmt.Fprintln(e.stderr, "vigil: --mcp-config is accepted and not applied")
+	mcpConfigs, err := mcpclient.ParseConfigs(a.MCPConfig)
+	if err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	var sf storeFlags
 	st, dataDir, node, closeStore, err := sf.open(ctx, e, logger)
@@ -85,9 +87,42 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 	if a.PermissionMode != "" {
 		m.PermissionMode = a.PermissionMode
 	}
-	m.Tools = []string{"Agent", "Bash", "Read", "Write", "Edit", "SendMessage", "TaskOutput", "TaskStop"}
+	baseTools := []string{"Agent", "Bash", "Read", "Write", "Edit", "SendMessage", "TaskOutput", "TaskStop"}
+	m.Tools = baseTools
 	m.Partial, m.MaxTurns = a.IncludePartial, a.MaxTurns
-	srv := &ccwire.Server{Args: a, Session: sess, Mapper: m, Stderr: e.stderr}
+	// The program's MCP servers (--mcp-config, and the Agent SDK's
+	// mcpServers in its initialize request): their tools join the
+	// session's as mcp__<server>__<tool>; one that cannot be reached is
+	// reported failed in system/init, as the CLI does.
+	tools := mcpclient.New(logger)
+	defer tools.Close()
+	addServers := func(ctx context.Context, configs map[string]mcpclient.Config) bool {
+		applied := true
+		for _, st := range tools.Add(ctx, configs, os.Environ()) {
+			m.MCPServers = append(m.MCPServers, ccwire.Frame{"name": st.Name, "status": st.Status})
+			if st.Err != nil {
+				applied = false
+				fmt.Fprintf(e.stderr, "vigil: MCP server %s: %v\n", st.Name, st.Err)
+			}
+		}
+		m.Tools = append(m.Tools[:len(baseTools):len(baseTools)], tools.Names()...)
+		if len(tools.Names()) > 0 {
+			sess.tools = tools
+		}
+		return applied
+	}
+	if len(mcpConfigs) > 0 {
+		addServers(ctx, mcpConfigs)
+	}
+	srv := &ccwire.Server{Args: a, Session: sess, Mapper: m, Stderr: e.stderr,
+		MCPServers: func(ctx context.Context, raw json.RawMessage) bool {
+			configs, err := mcpclient.ParseServers(raw)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "vigil: %v\n", err)
+				return false
+			}
+			return addServers(ctx, configs)
+		}}
 	if err := srv.Serve(ctx, os.Stdin, e.stdout); errors.Is(err, ccwire.ErrLastResultError) {
 		return &exitError{code: 1} // the result said what went wrong, as the CLI's does
 	} else if err != nil {
@@ -105,6 +140,8 @@ type sdkSession struct {
 	live   bool // pass live text on (--include-partial-messages)
 	// maxTurns bounds each prompt's run (--max-turns; 0: no bound).
 	maxTurns int
+	// tools are the program's MCP servers' tools, or nil.
+	tools vigil.ToolSet
 
 	mu       sync.Mutex
 	id       vigil.SessionID
@@ -130,12 +167,22 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 		s.id = s.resume
 	} else {
 		p := s.params
-		p.Prompt, p.Title, p.MaxRounds = prompt, text.FirstLine(prompt, 60), s.maxTurns
+		p.Title = text.FirstLine(prompt, 60)
+		if s.tools == nil {
+			// With MCP tools the prompt waits for them (below), so that
+			// the first round is offered them.
+			p.Prompt, p.MaxRounds = prompt, s.maxTurns
+		}
 		sess, err := s.rt.CreateSession(ctx, &p)
 		if err != nil {
 			return "", err
 		}
 		s.id = sess.ID
+	}
+	if s.tools != nil {
+		if err := s.rt.SetTools(s.id, s.tools); err != nil {
+			return "", fmt.Errorf("the MCP servers' tools: %w", err)
+		}
 	}
 	// From the first event, also when resuming: the server maps the
 	// events before the takeover without printing them (Replayed).
@@ -145,7 +192,7 @@ func (s *sdkSession) Prompt(ctx context.Context, prompt string) (string, error) 
 	}
 	s.sub = sub
 	go s.forward(sub)
-	if s.resume != "" {
+	if s.resume != "" || s.tools != nil {
 		if _, err := s.rt.Prompt(ctx, s.id, &vigil.PromptParams{Text: prompt, MaxRounds: s.maxTurns}); err != nil {
 			return "", err
 		}

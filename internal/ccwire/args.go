@@ -51,6 +51,12 @@ type Args struct {
 	// Setting sources and settings (--setting-sources, --settings) are
 	// accepted and ignored: vigil reads its own configuration.
 	SettingSources, Settings string
+	// AwaitInitialize is --await-initialize: the SDK's initialize request
+	// carries settings read before the first prompt (its mcpServers).
+	AwaitInitialize bool
+	// StrictMCPConfig is --strict-mcp-config: only the MCP servers given
+	// are used, which is all vigil ever uses.
+	StrictMCPConfig bool
 }
 
 // IsStreamJSON reports whether args ask for Claude Code's stream-json
@@ -91,6 +97,7 @@ var known = map[string]flagKind{
 	"--dangerously-skip-permissions": boolFlag, "--allow-dangerously-skip-permissions": boolFlag,
 	"-p": boolFlag, "--print": boolFlag, "--include-partial-messages": boolFlag,
 	"--setting-sources": valueFlag, "--settings": valueFlag,
+	"--await-initialize": boolFlag, "--strict-mcp-config": boolFlag,
 }
 
 // ParseArgs reads the arguments of a stream-json process. A flag this
@@ -171,6 +178,10 @@ func ParseArgs(args []string) (*Args, error) {
 			a.SettingSources = val
 		case "--settings":
 			a.Settings = val
+		case "--await-initialize":
+			a.AwaitInitialize = true
+		case "--strict-mcp-config":
+			a.StrictMCPConfig = true
 		}
 	}
 	if outFmt != "stream-json" || inFmt != "stream-json" {

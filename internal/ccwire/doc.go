@@ -113,8 +113,19 @@
 //   - session_id is vigil's session id, and is what --resume takes;
 //   - the tools listed in system/init are vigil's; the slash commands,
 //     skills, plugins and models of the initialize response are empty;
-//   - --mcp-config is accepted and not applied (vigil says so on stderr);
-//     other flags not listed in ParseArgs are refused;
+//   - MCP servers a program names (--mcp-config, or the Agent SDK's
+//     mcpServers in the initialize request under --await-initialize,
+//     answered mcp_servers_applied) are connected by vigil
+//     (internal/mcpclient: stdio, http and sse servers); their tools are
+//     offered to the session's models as mcp__<server>__<tool> and listed in
+//     system/init with the servers' status. vigil starts a stdio server
+//     with its allowlisted environment and the server's own env, not its
+//     whole environment as the CLI does (no key reaches it). Servers the
+//     SDK hosts in the program (createSdkMcpServer, sdkMcpServers) are not
+//     supported: vigil says so on stderr and their tools are not offered.
+//     The servers' tools live in the process: after --resume the program
+//     names them again, as it does for the CLI;
+//   - other flags not listed in ParseArgs are refused;
 //   - with --include-partial-messages, the stream events of a message
 //     vigil's provider did not stream (tool uses, a subagent's messages)
 //     come whole, one delta per block, when the message is committed, and

@@ -28,6 +28,8 @@ type Mapper struct {
 	PermissionMode string
 	// Tools are the tool names reported in system/init.
 	Tools []string
+	// MCPServers are reported in system/init: {"name", "status"} each.
+	MCPServers []Frame
 	// NewID makes the uuid of each frame.
 	NewID func() string
 	// MaxTurns is --max-turns, for the words of a result it ended.
@@ -176,9 +178,13 @@ func (m *Mapper) initFrame() Frame {
 	if tools == nil {
 		tools = []string{}
 	}
+	mcpServers := m.MCPServers
+	if mcpServers == nil {
+		mcpServers = []Frame{}
+	}
 	return Frame{
 		"type": "system", "subtype": "init", "cwd": m.Cwd, "session_id": m.Session, "tools": tools,
-		"mcp_servers": []any{}, "model": m.Model, "permissionMode": m.PermissionMode,
+		"mcp_servers": mcpServers, "model": m.Model, "permissionMode": m.PermissionMode,
 		"slash_commands": []string{}, "apiKeySource": "none", "claude_code_version": Version,
 		"output_style": "default", "agents": []string{"general-purpose"}, "skills": []string{}, "plugins": []any{},
 		"uuid": m.NewID(),

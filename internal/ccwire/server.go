@@ -79,6 +79,10 @@ type Server struct {
 	Mapper *Mapper
 	// Stderr gets diagnostics.
 	Stderr io.Writer
+	// MCPServers, when set, takes the MCP servers of an initialize request
+	// (the Agent SDK's mcpServers, a {name: config} object) before the
+	// first prompt, and reports whether they were applied.
+	MCPServers func(ctx context.Context, servers json.RawMessage) bool
 
 	mu      sync.Mutex
 	out     *json.Encoder
@@ -308,20 +312,33 @@ func contentText(raw json.RawMessage) (string, error) {
 
 func (s *Server) control(ctx context.Context, f inFrame) error {
 	var req struct {
-		Subtype string `json:"subtype"`
-		Mode    string `json:"mode"`
+		Subtype    string          `json:"subtype"`
+		Mode       string          `json:"mode"`
+		MCPServers json.RawMessage `json:"mcpServers"`
+		SDKServers json.RawMessage `json:"sdkMcpServers"`
 	}
 	if err := json.Unmarshal(f.Request, &req); err != nil {
 		return s.controlError(f.RequestID, fmt.Sprintf("bad control request: %v", err))
 	}
 	switch req.Subtype {
 	case "initialize":
-		return s.controlOK(f.RequestID, Frame{
+		resp := Frame{}
+		if len(req.MCPServers) > 0 && string(req.MCPServers) != "null" && string(req.MCPServers) != "{}" {
+			resp["mcp_servers_applied"] = s.MCPServers != nil && s.MCPServers(ctx, req.MCPServers)
+		}
+		if len(req.SDKServers) > 0 && string(req.SDKServers) != "null" && string(req.SDKServers) != "[]" {
+			fmt.Fprintln(s.Stderr, "vigil: MCP servers hosted by the Agent SDK in the program (createSdkMcpServer) are not supported; their tools are not offered")
+		}
+		out := Frame{
 			"commands": []any{}, "agents": []any{Frame{"name": "general-purpose", "description": "A vigil subagent"}},
 			"output_style": "default", "available_output_styles": []string{"default"},
 			"models": []any{}, "account": Frame{}, "pid": os.Getpid(), "claude_code_version": Version,
 			"current_permission_mode": s.Mapper.PermissionMode, "session_state": "idle", "capabilities": []string{},
-		})
+		}
+		for k, v := range resp {
+			out[k] = v
+		}
+		return s.controlOK(f.RequestID, out)
 	case "interrupt":
 		if err := s.Session.Interrupt(ctx); err != nil {
 			return s.controlError(f.RequestID, err.Error())
