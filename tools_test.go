@@ -11,8 +11,8 @@ import (
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/provider/anthropic"
-	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/provider/providertest"
+	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -96,5 +96,5 @@ func TestSetTools(t *testing.T) {
 
 type bashSet struct{}
 
-func (bashSet) Specs() []chat.ToolSpec { return []chat.ToolSpec{{Name: "Bash"}} }
+func (bashSet) Specs() []chat.ToolSpec                                       { return []chat.ToolSpec{{Name: "Bash"}} }
 func (bashSet) Call(context.Context, string, json.RawMessage) (string, bool) { return "", true }
