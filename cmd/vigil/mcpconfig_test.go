@@ -77,17 +77,21 @@ func mcpSeen(lines []map[string]any) []string {
 }
 
 var wantMCPSeen = []string{
-	"init servers=[words:connected] tool=true",
+	"init servers=[inproc:connected words:connected] tool=true",
 	"canUseTool(mcp__words__lookup)",
 	"tool result secret is PLUM (leaked: none)",
-	"result MAIN: the word is secret is PLUM (leaked: none)",
+	"canUseTool(mcp__inproc__count)",
+	"tool result PLUM has 4 letters",
+	"result MAIN: PLUM has 4 letters",
 }
 
-// TestAgentSDKMCPServers: a program's mcpServers (the Agent SDK passes
-// them as --mcp-config) reach vigil's session: the server is started with
-// its own environment and none of vigil's keys, system/init lists it and
-// its tool, the model calls the tool through the program's approval, and
-// the same program sees the same from Claude Code 2.1.328.
+// TestAgentSDKMCPServers: a program's mcpServers reach vigil's session:
+// a stdio server (in the SDK's initialize request), started with its own
+// environment and none of vigil's keys, and a server the program hosts
+// (createSdkMcpServer), reached through mcp_message control requests.
+// system/init lists both and their tools, the model calls each tool
+// through the program's approval, and the same program sees the same from
+// Claude Code 2.1.328.
 func TestAgentSDKMCPServers(t *testing.T) {
 	node, sdk := agentSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -115,8 +119,10 @@ func TestAgentSDKMCPServers(t *testing.T) {
 	srv.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
 		last := r.LastUserText()
 		switch {
+		case sdkToolResult(r) && strings.Contains(last, "letters"):
+			return providertest.TextAnswer("MAIN: " + last), true
 		case sdkToolResult(r):
-			return providertest.TextAnswer("MAIN: the word is " + last), true
+			return providertest.Answer(providertest.ToolUse("", "mcp__inproc__count", `{"word":"PLUM"}`)), true
 		case strings.Contains(last, "Look up the secret word"):
 			return providertest.Answer(providertest.ToolUse("", "mcp__words__lookup", `{"key":"secret"}`)), true
 		}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/ccwire"
@@ -122,6 +124,19 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 				return false
 			}
 			return addServers(ctx, configs)
+		},
+		SDKServer: func(ctx context.Context, name string, t mcp.Transport) error {
+			err := tools.AddTransport(ctx, name, t)
+			st := "connected"
+			if err != nil {
+				st = "failed"
+			}
+			m.MCPServers = append(m.MCPServers, ccwire.Frame{"name": name, "status": st})
+			m.Tools = append(m.Tools[:len(baseTools):len(baseTools)], tools.Names()...)
+			if len(tools.Names()) > 0 {
+				sess.tools = tools
+			}
+			return err
 		}}
 	if err := srv.Serve(ctx, os.Stdin, e.stdout); errors.Is(err, ccwire.ErrLastResultError) {
 		return &exitError{code: 1} // the result said what went wrong, as the CLI's does

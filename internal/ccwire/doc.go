@@ -121,10 +121,13 @@
 //     system/init with the servers' status. vigil starts a stdio server
 //     with its allowlisted environment and the server's own env, not its
 //     whole environment as the CLI does (no key reaches it). Servers the
-//     SDK hosts in the program (createSdkMcpServer, sdkMcpServers) are not
-//     supported: vigil says so on stderr and their tools are not offered.
-//     The servers' tools live in the process: after --resume the program
-//     names them again, as it does for the CLI;
+//     SDK hosts in the program (createSdkMcpServer, named in the
+//     initialize request's sdkMcpServers) are reached as the CLI reaches
+//     them: each JSON-RPC message is an mcp_message control request to
+//     the program, answered {"mcp_response": …}; prompts wait until every
+//     one is connected or has failed (30 s each). The servers' tools live
+//     in the process: after --resume the program names them again, as it
+//     does for the CLI;
 //   - other flags not listed in ParseArgs are refused;
 //   - with --include-partial-messages, the stream events of a message
 //     vigil's provider did not stream (tool uses, a subagent's messages)

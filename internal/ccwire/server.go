@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/vigilrun/vigil/core"
 )
@@ -83,12 +86,24 @@ type Server struct {
 	// (the Agent SDK's mcpServers, a {name: config} object) before the
 	// first prompt, and reports whether they were applied.
 	MCPServers func(ctx context.Context, servers json.RawMessage) bool
+	// SDKServer, when set, connects vigil to an MCP server the Agent SDK
+	// hosts in the program (named in the initialize request's
+	// sdkMcpServers), over t; prompts wait until every one is connected
+	// or has failed.
+	SDKServer func(ctx context.Context, name string, t mcp.Transport) error
 
 	mu      sync.Mutex
 	out     *json.Encoder
 	pending map[string]core.ApprovalID // can_use_tool request id -> approval
 	reqSeq  int
 	lastErr bool // the last result printed was an error
+	// mcpCalls are the requests to SDK-hosted servers waiting for their
+	// answers, by control request id.
+	mcpCalls map[string]mcpCall
+	// sdkReady is closed once the SDK-hosted servers are connected; until
+	// then (not nil) prompts wait in queued.
+	sdkReady chan struct{}
+	queued   []inFrame
 }
 
 // inFrame is a line read from the program.
@@ -115,6 +130,9 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	s.out = json.NewEncoder(out)
 	s.out.SetEscapeHTML(false)
 	s.pending = map[string]core.ApprovalID{}
+	s.mu.Lock()
+	s.mcpCalls = map[string]mcpCall{}
+	s.mu.Unlock()
 	lines := make(chan inFrame)
 	readErr := make(chan error, 1)
 	go func() {
@@ -128,6 +146,9 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 			var f inFrame
 			if err := json.Unmarshal([]byte(line), &f); err != nil {
 				fmt.Fprintf(s.Stderr, "vigil: ignoring a line that is not JSON: %v\n", err)
+				continue
+			}
+			if r := f.Response; f.Type == "control_response" && r != nil && s.mcpAnswered(r.RequestID, r.Subtype, r.Response, r.Error) {
 				continue
 			}
 			select {
@@ -145,26 +166,51 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	var unanswered []core.Approval // of a resumed session, while replaying
 	quiet := make(chan int64, 1)
 	quietErr := make(chan error, 1)
+	waitQuiet := func() {
+		go func() {
+			seq, err := s.Session.Quiescent(ctx)
+			if err != nil {
+				quietErr <- err
+				return
+			}
+			quiet <- seq
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.sdkReadyChan():
+			// The SDK-hosted servers are connected: the prompts that
+			// waited for them go in, in order.
+			s.sdkReady = nil
+			queued := s.queued
+			s.queued = nil
+			for _, f := range queued {
+				if err := s.handle(ctx, f, &started); err != nil {
+					return err
+				}
+			}
+			if started && events == nil {
+				events = s.Session.Events()
+			}
+			if eof {
+				if !started {
+					return nil
+				}
+				waitQuiet()
+			}
 		case err := <-readErr:
 			if err != nil {
 				return fmt.Errorf("read stdin: %w", err)
 			}
 			eof, lines = true, nil
-			if !started {
-				return nil
+			switch {
+			case started:
+				waitQuiet()
+			case s.sdkReady == nil:
+				return nil // no prompt came, none waits
 			}
-			go func() {
-				seq, err := s.Session.Quiescent(ctx)
-				if err != nil {
-					quietErr <- err
-					return
-				}
-				quiet <- seq
-			}()
 		case err := <-quietErr:
 			return fmt.Errorf("wait for the session to finish: %w", err)
 		case seq := <-quiet:
@@ -257,7 +303,15 @@ func (s *Server) write(f Frame) error {
 	return nil
 }
 
+// sdkReadyChan is what Serve waits on for the SDK-hosted servers: nil
+// (never ready) when none is being connected.
+func (s *Server) sdkReadyChan() <-chan struct{} { return s.sdkReady }
+
 func (s *Server) handle(ctx context.Context, f inFrame, started *bool) error {
+	if f.Type == "user" && s.sdkReady != nil {
+		s.queued = append(s.queued, f) // its tools are not there yet
+		return nil
+	}
 	switch f.Type {
 	case "user":
 		if f.Message == nil {
@@ -315,7 +369,7 @@ func (s *Server) control(ctx context.Context, f inFrame) error {
 		Subtype    string          `json:"subtype"`
 		Mode       string          `json:"mode"`
 		MCPServers json.RawMessage `json:"mcpServers"`
-		SDKServers json.RawMessage `json:"sdkMcpServers"`
+		SDKServers []string        `json:"sdkMcpServers"`
 	}
 	if err := json.Unmarshal(f.Request, &req); err != nil {
 		return s.controlError(f.RequestID, fmt.Sprintf("bad control request: %v", err))
@@ -326,8 +380,26 @@ func (s *Server) control(ctx context.Context, f inFrame) error {
 		if len(req.MCPServers) > 0 && string(req.MCPServers) != "null" && string(req.MCPServers) != "{}" {
 			resp["mcp_servers_applied"] = s.MCPServers != nil && s.MCPServers(ctx, req.MCPServers)
 		}
-		if len(req.SDKServers) > 0 && string(req.SDKServers) != "null" && string(req.SDKServers) != "[]" {
-			fmt.Fprintln(s.Stderr, "vigil: MCP servers hosted by the Agent SDK in the program (createSdkMcpServer) are not supported; their tools are not offered")
+		if len(req.SDKServers) > 0 && s.SDKServer == nil {
+			fmt.Fprintln(s.Stderr, "vigil: MCP servers hosted by the Agent SDK in the program (createSdkMcpServer) are not supported here; their tools are not offered")
+		}
+		if len(req.SDKServers) > 0 && s.SDKServer != nil && s.sdkReady == nil {
+			// Connected once the program has the answer below: the
+			// prompts wait for them.
+			ready := make(chan struct{})
+			s.sdkReady = ready
+			defer func() {
+				go func() {
+					defer close(ready)
+					for _, name := range req.SDKServers {
+						cctx, cancel := context.WithTimeout(ctx, sdkConnectTimeout)
+						if err := s.SDKServer(cctx, name, &sdkTransport{s: s, name: name}); err != nil {
+							fmt.Fprintf(s.Stderr, "vigil: SDK MCP server %s: %v\n", name, err)
+						}
+						cancel()
+					}
+				}()
+			}()
 		}
 		out := Frame{
 			"commands": []any{}, "agents": []any{Frame{"name": "general-purpose", "description": "A vigil subagent"}},
@@ -386,10 +458,12 @@ func (s *Server) controlError(id, msg string) error {
 	return s.write(Frame{"type": "control_response", "response": Frame{"subtype": "error", "request_id": id, "error": msg}})
 }
 
+// sdkConnectTimeout bounds the connection to one SDK-hosted server.
+const sdkConnectTimeout = 30 * time.Second
+
 // askApproval sends a can_use_tool request for a permission request.
 func (s *Server) askApproval(a core.Approval) error {
-	s.reqSeq++
-	id := fmt.Sprintf("vigil-perm-%d", s.reqSeq)
+	id := s.nextRequestID("vigil-perm")
 	s.pending[id] = a.ID
 	input := a.Input
 	if len(input) == 0 {

@@ -180,10 +180,29 @@ func (s *Set) connect(ctx context.Context, name string, c Config, environ []stri
 			tr = &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: client, MaxRetries: -1}
 		}
 	case "sdk":
-		return errors.New("servers the Agent SDK hosts in the program (createSdkMcpServer) are not supported by vigil")
+		return errors.New("a server the Agent SDK hosts in the program is reached through the SDK's control messages, not a config")
 	default:
 		return fmt.Errorf("server type %q is not supported (want stdio, http or sse)", c.Type)
 	}
+	return s.connectTransport(ctx, name, tr)
+}
+
+// AddTransport connects the server name over tr (an Agent SDK-hosted
+// server, say) and lists its tools.
+func (s *Set) AddTransport(ctx context.Context, name string, tr mcp.Transport) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("server name %q: want letters, digits, _ and -", name)
+	}
+	s.mu.Lock()
+	_, dup := s.sessions[name]
+	s.mu.Unlock()
+	if dup {
+		return errors.New("a server of that name is connected already")
+	}
+	return s.connectTransport(ctx, name, tr)
+}
+
+func (s *Set) connectTransport(ctx context.Context, name string, tr mcp.Transport) error {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "vigil", Version: "1"}, nil).Connect(ctx, tr, nil)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
