@@ -36,7 +36,10 @@
 // up the agent ends its turn with a note.
 //
 // Which turn answers is computed from the conversation alone, so a call
-// that is issued again after a restart gets the same answer.
+// that is issued again after a restart gets the same answer. For the same
+// reason a turn whose call was cancelled before it answered (an
+// interrupt, a now-priority item) is not used up: the conversation holds
+// no answer of it, so the next call gets that turn.
 //
 // # Context windows and compaction
 //

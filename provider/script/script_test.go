@@ -288,3 +288,21 @@ func TestCompactionKeepsTheReactiveList(t *testing.T) {
 		t.Errorf("a new prompt after the summary in system = %q, want turns used up", got)
 	}
 }
+
+// A turn whose call was cancelled before it answered is not used up: the
+// conversation holds no answer of it, so the next call gets that turn.
+func TestCancelledTurnIsNotUsedUp(t *testing.T) {
+	sc, err := Parse([]byte("name: t\nagents:\n  main:\n    turns:\n      - say: one\n      - say: two\n      - say: three\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(sc, nil)
+	// "b" was asked and its call cancelled; "c" follows with no answer
+	// between them.
+	if got := answer(t, p, "main", user("a"), assistant(), user("b"), user("c")).Content[0].Text; got != "two" {
+		t.Fatalf("after a cancelled call: %q, want the cancelled turn, two", got)
+	}
+	if got := answer(t, p, "main", user("a"), assistant(), user("b"), assistant(), user("c")).Content[0].Text; got != "three" {
+		t.Fatalf("after an answered call: %q", got)
+	}
+}
