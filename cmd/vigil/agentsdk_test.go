@@ -125,6 +125,40 @@ func (r *sdkRun) collect(t *testing.T, onLine func(map[string]any)) []map[string
 	return all
 }
 
+// scriptedEnv is the environment of vigil run by an SDK program on the
+// scripted provider playing scenario (a path under testdata/agentsdk),
+// with its own data directory and no key.
+func scriptedEnv(t *testing.T, scenario string) []string {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("testdata/agentsdk", scenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + path, "XDG_CONFIG_HOME=" + t.TempDir(),
+		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
+	}
+}
+
+// cliEnv is the environment of the real Claude Code CLI run by an SDK
+// program against the fake Anthropic API at url.
+func cliEnv(t *testing.T, url string) []string {
+	return []string{
+		"HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=sk-test-dummy",
+		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	}
+}
+
+// dumpLines renders what a program saw, a line each, for a failure.
+func dumpLines(lines []map[string]any) string {
+	var b strings.Builder
+	for _, m := range lines {
+		raw, _ := json.Marshal(m)
+		b.WriteString("\n  " + string(raw))
+	}
+	return b.String()
+}
+
 // vigilExe writes an executable that runs this test binary as vigil.
 func vigilExe(t *testing.T) string {
 	t.Helper()
@@ -239,16 +273,7 @@ var wantSteps = []string{
 // runOnVigil runs program.mjs against vigil on the scripted provider.
 func runOnVigil(t *testing.T, ctx context.Context, node, sdk string) []map[string]any {
 	t.Helper()
-	scenario, err := filepath.Abs("testdata/agentsdk/scenario.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := t.TempDir()
-	run := startProgram(t, ctx, node, sdk, vigilExe(t), []string{
-		"VIGIL_DATA=" + data, "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
-	})
-	return run.collect(t, nil)
+	return startProgram(t, ctx, node, sdk, vigilExe(t), scriptedEnv(t, "scenario.yaml")).collect(t, nil)
 }
 
 // TestAgentSDKDrivesVigil: the real Agent SDK drives vigil through a
@@ -285,16 +310,9 @@ func TestAgentSDKResumeAfterKill(t *testing.T) {
 	node, sdk := agentSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	scenario, err := filepath.Abs("testdata/agentsdk/resume.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	pids := filepath.Join(t.TempDir(), "pids")
 	exe := vigilExePID(t, pids)
-	env := []string{
-		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
-	}
+	env := scriptedEnv(t, "resume.yaml")
 	work := t.TempDir()
 	first := startScript(t, ctx, node, sdk, "resume.mjs", exe, work, env, "start")
 	session := ""
@@ -394,10 +412,7 @@ func TestAgentSDKSameAsClaudeCode(t *testing.T) {
 		}
 		return providertest.TextAnswer("ok"), true // the CLI's side requests (titles, summaries)
 	})
-	run := startProgram(t, ctx, node, sdk, cli, []string{
-		"HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + srv.URL, "ANTHROPIC_API_KEY=sk-test-dummy",
-		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	})
+	run := startProgram(t, ctx, node, sdk, cli, cliEnv(t, srv.URL))
 	results := 0
 	released := false
 	cliLines := run.collect(t, func(m map[string]any) {
@@ -576,24 +591,9 @@ func TestAgentSDKControls(t *testing.T) {
 	node, sdk := agentSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	scenario, err := filepath.Abs("testdata/agentsdk/controls.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	work := t.TempDir()
-	run := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), work, []string{
-		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
-	})
-	lines := run.collect(t, nil)
-	dump := func() string {
-		var b strings.Builder
-		for _, m := range lines {
-			raw, _ := json.Marshal(m)
-			b.WriteString("\n  " + string(raw))
-		}
-		return b.String()
-	}
+	lines := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), work, scriptedEnv(t, "controls.yaml")).collect(t, nil)
+	dump := func() string { return dumpLines(lines) }
 	t.Logf("the program saw:%s", dump())
 	checkControls(t, lines, work, false, dump)
 }
@@ -715,30 +715,12 @@ func TestAgentSDKControlsSameAsClaudeCode(t *testing.T) {
 		return providertest.TextAnswer("ok"), true // the CLI's side requests
 	})
 	work := t.TempDir()
-	run := startScript(t, ctx, node, sdk, "controls.mjs", cli, work, []string{
-		"HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + srv.URL, "ANTHROPIC_API_KEY=sk-test-dummy",
-		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	})
-	lines := run.collect(t, nil)
-	dump := func() string {
-		var b strings.Builder
-		for _, m := range lines {
-			raw, _ := json.Marshal(m)
-			b.WriteString("\n  " + string(raw))
-		}
-		return b.String()
-	}
+	lines := startScript(t, ctx, node, sdk, "controls.mjs", cli, work, cliEnv(t, srv.URL)).collect(t, nil)
+	dump := func() string { return dumpLines(lines) }
 	t.Logf("claude code:%s", dump())
 	checkControls(t, lines, work, true, dump)
 	// The two sequences, side by side: every difference is listed.
-	scenario, err := filepath.Abs("testdata/agentsdk/controls.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	vig := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), t.TempDir(), []string{
-		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
-	}).collect(t, nil)
+	vig := startScript(t, ctx, node, sdk, "controls.mjs", vigilExe(t), t.TempDir(), scriptedEnv(t, "controls.yaml")).collect(t, nil)
 	diffs := diffSteps(controlSteps(lines), controlSteps(vig))
 	t.Logf("%d difference(s) in the sequences", len(diffs))
 	for _, d := range diffs {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -96,14 +95,8 @@ func TestAgentSDKMCPServers(t *testing.T) {
 	node, sdk := agentSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	scenario, err := filepath.Abs("testdata/agentsdk/mcp.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := mcpProgram(t, ctx, node, sdk, vigilExe(t), []string{
-		"VIGIL_DATA=" + t.TempDir(), "VIGIL_SCRIPT=" + scenario, "XDG_CONFIG_HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=sk-must-not-reach-the-server", "OPENAI_API_KEY=", "HOME=" + t.TempDir(),
-	})
+	// A key in vigil's environment must not reach the server.
+	lines := mcpProgram(t, ctx, node, sdk, vigilExe(t), append(scriptedEnv(t, "mcp.yaml"), "ANTHROPIC_API_KEY=sk-must-not-reach-the-server"))
 	if got := mcpSeen(lines); !slices.Equal(got, wantMCPSeen) {
 		t.Fatalf("on vigil the program saw\n  %s\nwant\n  %s\nlines: %v", strings.Join(got, "\n  "), strings.Join(wantMCPSeen, "\n  "), lines)
 	}
@@ -128,10 +121,7 @@ func TestAgentSDKMCPServers(t *testing.T) {
 		}
 		return providertest.Answer(chat.Text("ok")), true
 	})
-	cliLines := mcpProgram(t, ctx, node, sdk, cli, []string{
-		"HOME=" + t.TempDir(), "TMPDIR=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + srv.URL, "ANTHROPIC_API_KEY=sk-test-dummy",
-		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	})
+	cliLines := mcpProgram(t, ctx, node, sdk, cli, cliEnv(t, srv.URL))
 	got := mcpSeen(cliLines)
 	t.Logf("claude code: %s", strings.Join(got, "; "))
 	// The CLI passes its whole environment to the server: its dummy key
