@@ -553,6 +553,10 @@ type SetPermissionModeParams struct {
 // SetPermissionMode changes the session's permission mode from now on.
 // Pending permission requests that the new mode decides are answered at
 // once: allowed, or denied (mode auto denies what the rules do not allow).
+// A provider process already running (Claude Code, Codex) keeps the
+// settings it was started with (a Claude Code process started in bypass
+// asks nothing) until the agent's next process; every request it does
+// send is decided by the new mode.
 func (r *Runtime) SetPermissionMode(ctx context.Context, session SessionID, p *SetPermissionModeParams) error {
 	_, err := route(ctx, r, callSetPermMode, session, p, errOnly(r.setPermissionMode))
 	return err

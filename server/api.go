@@ -583,6 +583,12 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	if req.Save && !req.Always {
 		return badRequest("save goes with always: true")
 	}
+	if len(req.Input) > 0 && !*req.Allow {
+		return badRequest("input goes with allow: true")
+	}
+	if len(req.Input) > 0 && req.Save {
+		return badRequest("save keeps the rule of the model's own call: answer with input without save")
+	}
 	var rule, cwd string
 	if req.Save {
 		if s.opts.Defaults.SaveRule == nil {
@@ -602,9 +608,6 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 		if cwd == "" {
 			return badRequest("the session has no working directory to save the rule for")
 		}
-	}
-	if len(req.Input) > 0 && !*req.Allow {
-		return badRequest("input goes with allow: true")
 	}
 	p := &vigil.AnswerApprovalParams{Approval: approval, Allow: *req.Allow, Always: req.Always, By: by, Reason: req.Reason, Input: req.Input}
 	if err := s.rt.AnswerApproval(r.Context(), id, p); err != nil {

@@ -684,6 +684,7 @@ func TestApprovalInputAndMode(t *testing.T) {
 	yes, no := true, false
 	h.mustErr("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &no, Input: json.RawMessage(`{"command":"echo x"}`)}, 400, "invalid")
 	h.mustErr("POST", base+"/approvals/"+p, `{"allow": true, "input": "echo x"}`, 400, "invalid")
+	h.mustErr("POST", base+"/approvals/"+p, `{"allow": true, "always": true, "save": true, "input": {"command": "echo x"}}`, 400, "invalid")
 	var aps ApprovalList
 	h.must("POST", base+"/approvals/"+p, ApprovalRequest{Allow: &yes, Input: json.RawMessage(`{"command":"echo updated","description":"test task","run_in_background":true}`)}, 200, &aps)
 	h.wait(id, "t1 ended", taskEnded("t1"))

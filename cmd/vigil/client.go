@@ -815,6 +815,9 @@ func cmdApprove(ctx context.Context, e *env, args []string) error {
 	if input != "" && deny {
 		return &exitError{code: 2, err: errors.New("--input goes with allowing, not --deny")}
 	}
+	if input != "" && save {
+		return &exitError{code: 2, err: errors.New("--save keeps the rule of the model's own call; --input goes without it")}
+	}
 	if input != "" && !json.Valid([]byte(input)) {
 		return &exitError{code: 2, err: fmt.Errorf("--input %q is not JSON", input)}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -74,7 +75,7 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		mode = string(vigil.PermAuto)
 	}
 	sess := &sdkSession{
-		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan ccwire.Update, 256), live: a.IncludePartial, maxTurns: a.MaxTurns,
+		rt: rt, resume: vigil.SessionID(a.Resume), events: make(chan ccwire.Update, 256), live: a.IncludePartial, maxTurns: a.MaxTurns, stderr: e.stderr,
 		params: vigil.SessionParams{
 			Provider: provs.name, Model: provs.model, SubagentModel: provs.subagentModel, Cwd: cwd,
 			Permissions: vigil.Permissions{Mode: vigil.PermissionMode(mode), Allow: a.AllowedTools, Deny: a.DisallowedTools},
@@ -109,7 +110,7 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 		}
 		m.Tools = append(m.Tools[:len(baseTools):len(baseTools)], tools.Names()...)
 		if len(tools.Names()) > 0 {
-			sess.tools = tools
+			sess.setTools(tools)
 		}
 		return applied
 	}
@@ -126,17 +127,13 @@ func runStreamJSON(ctx context.Context, e *env, args []string) error {
 			return addServers(ctx, configs)
 		},
 		SDKServer: func(ctx context.Context, name string, t mcp.Transport) error {
-			err := tools.AddTransport(ctx, name, t)
-			st := "connected"
-			if err != nil {
-				st = "failed"
-			}
-			m.MCPServers = append(m.MCPServers, ccwire.Frame{"name": name, "status": st})
+			return tools.AddTransport(ctx, name, t) // the set is safe for concurrent use
+		},
+		ToolsChanged: func() {
 			m.Tools = append(m.Tools[:len(baseTools):len(baseTools)], tools.Names()...)
 			if len(tools.Names()) > 0 {
-				sess.tools = tools
+				sess.setTools(tools)
 			}
-			return err
 		}}
 	if err := srv.Serve(ctx, os.Stdin, e.stdout); errors.Is(err, ccwire.ErrLastResultError) {
 		return &exitError{code: 1} // the result said what went wrong, as the CLI's does
@@ -156,7 +153,8 @@ type sdkSession struct {
 	// maxTurns bounds each prompt's run (--max-turns; 0: no bound).
 	maxTurns int
 	// tools are the program's MCP servers' tools, or nil.
-	tools vigil.ToolSet
+	tools  vigil.ToolSet
+	stderr io.Writer
 
 	mu       sync.Mutex
 	id       vigil.SessionID
@@ -236,6 +234,19 @@ func (s *sdkSession) forward(sub *vigil.Subscription) {
 		// a resumed session's events logged before bodies carried them.
 		core.Stamp(body, ev.At)
 		s.events <- ccwire.Update{Event: core.Event{Seq: ev.Seq, At: ev.At, Body: body}}
+	}
+}
+
+// setTools offers the program's MCP tools: to the session from its first
+// prompt on, or now when it exists.
+func (s *sdkSession) setTools(ts vigil.ToolSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tools = ts
+	if s.id != "" {
+		if err := s.rt.SetTools(s.id, ts); err != nil {
+			fmt.Fprintf(s.stderr, "vigil: the MCP servers' tools could not be offered: %v\n", err)
+		}
 	}
 }
 

@@ -26,7 +26,28 @@ type sdkTransport struct {
 
 // Connect implements mcp.Transport.
 func (t *sdkTransport) Connect(context.Context) (mcp.Connection, error) {
-	return &sdkConn{s: t.s, name: t.name, in: make(chan jsonrpc.Message, 16), closed: make(chan struct{})}, nil
+	c := &sdkConn{s: t.s, name: t.name, in: make(chan jsonrpc.Message, 16), closed: make(chan struct{})}
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	if t.s.stdinClosed {
+		return nil, io.ErrClosedPipe
+	}
+	t.s.sdkConns = append(t.s.sdkConns, c)
+	return c, nil
+}
+
+// closeSDKConns ends every connection to an SDK-hosted server: the
+// program's stdin is closed, so no answer can come; calls waiting for one
+// end in an error instead of waiting for ever.
+func (s *Server) closeSDKConns() {
+	s.mu.Lock()
+	s.stdinClosed = true
+	conns := s.sdkConns
+	s.sdkConns = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // sdkConn is a connection to an SDK-hosted server.
@@ -69,9 +90,15 @@ func (c *sdkConn) Write(_ context.Context, msg jsonrpc.Message) error {
 		c.s.mcpCalls[id] = mcpCall{conn: c, id: req.ID}
 		c.s.mu.Unlock()
 	}
-	return c.s.write(Frame{"type": "control_request", "request_id": id, "request": Frame{
+	err = c.s.write(Frame{"type": "control_request", "request_id": id, "request": Frame{
 		"subtype": "mcp_message", "server_name": c.name, "message": json.RawMessage(raw),
 	}})
+	if err != nil {
+		c.s.mu.Lock()
+		delete(c.s.mcpCalls, id)
+		c.s.mu.Unlock()
+	}
+	return err
 }
 
 // Close implements mcp.Connection.

@@ -89,8 +89,12 @@ type Server struct {
 	// SDKServer, when set, connects vigil to an MCP server the Agent SDK
 	// hosts in the program (named in the initialize request's
 	// sdkMcpServers), over t; prompts wait until every one is connected
-	// or has failed.
+	// or has failed. It runs on a goroutine of its own.
 	SDKServer func(ctx context.Context, name string, t mcp.Transport) error
+	// ToolsChanged, when set, is called on Serve's goroutine once the
+	// SDK-hosted servers are connected, before the prompts that waited
+	// for them: the caller offers their tools (Mapper.Tools, the session).
+	ToolsChanged func()
 
 	mu      sync.Mutex
 	out     *json.Encoder
@@ -103,7 +107,14 @@ type Server struct {
 	// sdkReady is closed once the SDK-hosted servers are connected; until
 	// then (not nil) prompts wait in queued.
 	sdkReady chan struct{}
-	queued   []inFrame
+	// sdkStatus is written by the goroutine that connects the SDK-hosted
+	// servers, and read by Serve once sdkReady is closed.
+	sdkStatus []Frame
+	queued    []inFrame
+	// sdkConns are the connections to SDK-hosted servers, closed with
+	// stdin (stdinClosed); under mu.
+	sdkConns    []*sdkConn
+	stdinClosed bool
 }
 
 // inFrame is a line read from the program.
@@ -157,6 +168,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				return
 			}
 		}
+		s.closeSDKConns()
 		readErr <- sc.Err()
 	}()
 	var events <-chan Update
@@ -181,9 +193,14 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.sdkReadyChan():
-			// The SDK-hosted servers are connected: the prompts that
-			// waited for them go in, in order.
+			// The SDK-hosted servers are connected: their tools are
+			// offered, and the prompts that waited for them go in, in
+			// order.
 			s.sdkReady = nil
+			s.Mapper.MCPServers = append(s.Mapper.MCPServers, s.sdkStatus...)
+			if s.ToolsChanged != nil {
+				s.ToolsChanged()
+			}
 			queued := s.queued
 			s.queued = nil
 			for _, f := range queued {
@@ -388,15 +405,20 @@ func (s *Server) control(ctx context.Context, f inFrame) error {
 			// prompts wait for them.
 			ready := make(chan struct{})
 			s.sdkReady = ready
+			s.sdkStatus = nil
 			defer func() {
 				go func() {
+					// sdkStatus is Serve's again once ready is closed.
 					defer close(ready)
 					for _, name := range req.SDKServers {
 						cctx, cancel := context.WithTimeout(ctx, sdkConnectTimeout)
+						status := "connected"
 						if err := s.SDKServer(cctx, name, &sdkTransport{s: s, name: name}); err != nil {
+							status = "failed"
 							fmt.Fprintf(s.Stderr, "vigil: SDK MCP server %s: %v\n", name, err)
 						}
 						cancel()
+						s.sdkStatus = append(s.sdkStatus, Frame{"name": name, "status": status})
 					}
 				}()
 			}()

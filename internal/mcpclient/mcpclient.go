@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -202,7 +203,12 @@ func (s *Set) AddTransport(ctx context.Context, name string, tr mcp.Transport) e
 	return s.connectTransport(ctx, name, tr)
 }
 
+// ConnectTimeout bounds connecting to one server and listing its tools.
+const ConnectTimeout = 30 * time.Second
+
 func (s *Set) connectTransport(ctx context.Context, name string, tr mcp.Transport) error {
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "vigil", Version: "1"}, nil).Connect(ctx, tr, nil)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)

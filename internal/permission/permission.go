@@ -281,10 +281,28 @@ func Valid(rule string) bool {
 	return ok && name != ""
 }
 
+// names reports whether a rule's tool name covers tool: the same name, or,
+// for an MCP server's tools (mcp__<server>__<tool>), the server's name
+// alone (mcp__github) or with __* (mcp__github__*), as Claude Code reads
+// them.
+func names(name, tool string) bool {
+	if name == tool {
+		return true
+	}
+	if !strings.HasPrefix(name, "mcp__") {
+		return false
+	}
+	server := strings.TrimSuffix(name, "__*")
+	if strings.Contains(strings.TrimPrefix(server, "mcp__"), "__") {
+		return false // a tool's name, not a server's
+	}
+	return strings.HasPrefix(tool, server+"__")
+}
+
 // Match reports whether rule matches a call of tool with subject.
 func Match(rule, tool, subject string) bool {
 	name, pattern, ok := parse(rule)
-	if !ok || name != tool {
+	if !ok || !names(name, tool) {
 		return false
 	}
 	if pattern == "" {
@@ -303,7 +321,7 @@ const shellMeta = ";&|`$<>(){}\n"
 // a path pattern never allows a path that climbs out with "..".
 func matchAllow(rule, tool, subject string) bool {
 	name, pattern, ok := parse(rule)
-	if !ok || name != tool {
+	if !ok || !names(name, tool) {
 		return false
 	}
 	if pattern == "" {
@@ -333,7 +351,7 @@ func matchAllow(rule, tool, subject string) bool {
 // cleaned. Paths are matched by denyCoversPath.
 func matchDeny(rule, tool, subject string) bool {
 	name, pattern, ok := parse(rule)
-	if !ok || name != tool {
+	if !ok || !names(name, tool) {
 		return false
 	}
 	if pattern == "" {
@@ -359,6 +377,9 @@ func parse(rule string) (name, pattern string, ok bool) {
 	rule = strings.TrimSpace(rule)
 	i := strings.IndexByte(rule, '(')
 	if i < 0 {
+		if server, ok := strings.CutSuffix(rule, "__*"); ok && strings.HasPrefix(server, "mcp__") && !strings.ContainsAny(server, ")*") {
+			return rule, "", true // every tool of an MCP server
+		}
 		return rule, "", !strings.ContainsAny(rule, ")*")
 	}
 	if !strings.HasSuffix(rule, ")") {

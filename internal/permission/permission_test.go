@@ -28,6 +28,14 @@ func TestDecide(t *testing.T) {
 		{"bypass allows", ModeBypass, nil, nil, "Bash", bash("make"), Allow},
 		{"accept-edits edits", ModeAcceptEdits, nil, nil, "Write", write, Allow},
 		{"accept-edits bash asks", ModeAcceptEdits, nil, nil, "Bash", bash("make"), Ask},
+		{"mcp tool by name", ModeAuto, []string{"mcp__gh__list"}, nil, "mcp__gh__list", nil, Allow},
+		{"mcp server allows its tools", ModeAuto, []string{"mcp__gh"}, nil, "mcp__gh__list", nil, Allow},
+		{"mcp server glob allows its tools", ModeAuto, []string{"mcp__gh__*"}, nil, "mcp__gh__list", nil, Allow},
+		{"mcp server denies in bypass", ModeBypass, nil, []string{"mcp__gh"}, "mcp__gh__delete", nil, Deny},
+		{"mcp server glob denies in bypass", ModeBypass, nil, []string{"mcp__gh__*"}, "mcp__gh__delete", nil, Deny},
+		{"another server's rule", ModeAuto, []string{"mcp__gh"}, nil, "mcp__ghx__list", nil, Deny},
+		{"a tool's rule is not a server's", ModeAuto, []string{"mcp__gh__list"}, nil, "mcp__gh__list__x", nil, Deny},
+		{"mcp tools ask in accept-edits", ModeAcceptEdits, nil, nil, "mcp__gh__list", nil, Ask},
 		{"auto denies unmatched", ModeAuto, []string{"Bash(go test*)"}, nil, "Bash", bash("curl x"), Deny},
 		{"auto allows matched", ModeAuto, []string{"Bash(go test*)"}, nil, "Bash", bash("go test ./..."), Allow},
 		{"tool-only rule", ModeAsk, []string{"Write"}, nil, "Write", write, Allow},
@@ -74,12 +82,12 @@ func TestGlob(t *testing.T) {
 }
 
 func TestValid(t *testing.T) {
-	for _, r := range []string{"Bash", "Bash(git *)", "Write(src/*)"} {
+	for _, r := range []string{"Bash", "Bash(git *)", "Write(src/*)", "mcp__gh", "mcp__gh__*", "mcp__gh__list"} {
 		if !Valid(r) {
 			t.Errorf("%q should be valid", r)
 		}
 	}
-	for _, r := range []string{"", "Bash(git", "Ba*sh", "(x)"} {
+	for _, r := range []string{"", "Bash(git", "Ba*sh", "(x)", "mcp__*", "Bash__*", "mcp__g*h__*"} {
 		if Valid(r) {
 			t.Errorf("%q should be invalid", r)
 		}

@@ -6,8 +6,10 @@ import (
 )
 
 // shellWrapper matches how Codex words a command it asks to run: the
-// model's command line as the one argument of a login shell's -c.
-var shellWrapper = regexp.MustCompile(`^(?:\S*/)?(?:bash|sh|zsh) -l?c (.+)$`)
+// model's command line as the one argument of a login shell's -c. Only
+// the system's shells, by absolute path: a ./bash of the model's making
+// is judged with its whole line.
+var shellWrapper = regexp.MustCompile(`^/(?:usr/)?bin/(?:bash|sh|zsh) -l?c (.+)$`)
 
 // modelCommand returns the command line the model asked for, out of
 // Codex's "/bin/bash -lc '<line>'", so that vigil's Bash rules see what

@@ -6,8 +6,11 @@ func TestModelCommand(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{`/bin/bash -lc 'echo yes > approved.txt'`, `echo yes > approved.txt`},
 		{`/bin/bash -lc 'echo '\''quoted'\'' word'`, `echo 'quoted' word`},
-		{`bash -c "echo \"a\" \$HOME"`, `echo "a" $HOME`},
+		{`/bin/sh -c "echo \"a\" \$HOME"`, `echo "a" $HOME`},
 		{`/usr/bin/zsh -lc ls`, `ls`},
+		{`bash -lc 'git status'`, `bash -lc 'git status'`},
+		{`./bash -lc 'git status'`, `./bash -lc 'git status'`},
+		{`/tmp/x/bash -lc 'git status'`, `/tmp/x/bash -lc 'git status'`},
 		{`/bin/bash -lc 'unterminated`, `/bin/bash -lc 'unterminated`},
 		{`/bin/bash -lc 'a' 'b'`, `/bin/bash -lc 'a' 'b'`},
 		{`/bin/bash -lc 'ok'; rm -rf x`, `/bin/bash -lc 'ok'; rm -rf x`},

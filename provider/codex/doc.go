@@ -157,9 +157,12 @@
 //     before every command it does not know to be safe.
 //
 // A request is a core.ExternalPermission of the agent (Tool Bash with the
-// model's command line, taken out of Codex's "/bin/bash -lc '…'", or
-// Write with the file change's paths; UseID the item), which the session's
-// rules decide or a person answers; AnswerPermission answers it accept or
+// model's command line, taken out of a system shell's "/bin/bash -lc
+// '…'"; or Tool apply_patch with every path of the file change, which
+// Codex asks for only when the patch leaves its sandbox and then applies
+// itself, so that accept-edits does not allow it by kind and an
+// apply_patch rule or a person decides; UseID the item), which the
+// session's rules decide or a person answers; AnswerPermission answers it accept or
 // decline (Codex tells the model "rejected by user"). Measured: Codex runs
 // a command it asked about and was allowed outside its sandbox; it has no
 // "accept, sandboxed". An allow with a changed input is declined (Codex

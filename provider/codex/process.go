@@ -351,11 +351,12 @@ func (p *process) response(msg *rpcMessage) {
 // else is refused at once, so that Codex does not wait.
 func (p *process) request(msg *rpcMessage) {
 	var ask struct {
-		ThreadID string `json:"threadId"`
-		ItemID   string `json:"itemId"`
-		Command  string `json:"command"`
-		Cwd      string `json:"cwd"`
-		Reason   string `json:"reason"`
+		ThreadID  string `json:"threadId"`
+		ItemID    string `json:"itemId"`
+		Command   string `json:"command"`
+		Cwd       string `json:"cwd"`
+		Reason    string `json:"reason"`
+		GrantRoot string `json:"grantRoot"`
 	}
 	var tool string
 	var input map[string]any
@@ -374,12 +375,14 @@ func (p *process) request(msg *rpcMessage) {
 		p.mu.Lock()
 		paths := p.edits[ask.ItemID]
 		p.mu.Unlock()
-		tool, input = "Write", map[string]any{}
-		if len(paths) > 0 {
-			input["file_path"] = paths[0]
-		}
-		if len(paths) > 1 {
-			input["file_paths"] = paths
+		// Codex asks only for a patch it may not apply in its sandbox,
+		// and applies it itself: not vigil's Write, which its workspace
+		// confines and accept-edits allows by kind. As apply_patch it is
+		// a person's to answer (or an apply_patch rule's), with every
+		// path shown.
+		tool, input = "apply_patch", map[string]any{"file_paths": paths}
+		if ask.GrantRoot != "" {
+			input["grant_root"] = ask.GrantRoot
 		}
 	default:
 		p.refuseRequest(msg)
