@@ -369,19 +369,17 @@ func TestAgentSDKResumeAfterKill(t *testing.T) {
 // cliSkip is the message of a comparison without the real CLI.
 const cliSkip = "SKIP: the comparison with Claude Code needs the real CLI; run .ci/claude.sh and set VIGIL_CLAUDE"
 
+// comparedCLI returns the real Claude Code CLI a comparison runs, or
+// skips loudly (fails under VIGIL_TEST_STRICT=1).
+func comparedCLI(t *testing.T) string { return externalCLI(t, "VIGIL_CLAUDE", cliSkip) }
+
 // TestAgentSDKSameAsClaudeCode runs program.mjs against vigil and against
 // the real Claude Code CLI over a fake Anthropic API that answers as the
 // scenario does, and compares the two message sequences. Differences not
 // in allowedDiffs fail the test; the test logs every difference.
 func TestAgentSDKSameAsClaudeCode(t *testing.T) {
 	node, sdk := agentSDK(t)
-	cli := os.Getenv("VIGIL_CLAUDE")
-	if cli == "" {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatal(cliSkip)
-		}
-		t.Skip(cliSkip)
-	}
+	cli := comparedCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	vigilLines := runOnVigil(t, ctx, node, sdk)
@@ -679,13 +677,7 @@ func checkControls(t *testing.T, lines []map[string]any, work string, planOK boo
 // permission mode plan, which vigil refuses.
 func TestAgentSDKControlsSameAsClaudeCode(t *testing.T) {
 	node, sdk := agentSDK(t)
-	cli := os.Getenv("VIGIL_CLAUDE")
-	if cli == "" {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatal(cliSkip)
-		}
-		t.Skip(cliSkip)
-	}
+	cli := comparedCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	srv := providertest.NewAnthropic(t)

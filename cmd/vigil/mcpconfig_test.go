@@ -101,13 +101,7 @@ func TestAgentSDKMCPServers(t *testing.T) {
 		t.Fatalf("on vigil the program saw\n  %s\nwant\n  %s\nlines: %v", strings.Join(got, "\n  "), strings.Join(wantMCPSeen, "\n  "), lines)
 	}
 
-	cli := os.Getenv("VIGIL_CLAUDE")
-	if cli == "" {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatal(cliSkip)
-		}
-		t.Skip(cliSkip)
-	}
+	cli := comparedCLI(t)
 	srv := providertest.NewAnthropic(t)
 	srv.Fallback(func(r *providertest.Request) (providertest.Reply, bool) {
 		last := r.LastUserText()
