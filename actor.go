@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/admit"
 	"github.com/vigilrun/vigil/internal/shell"
 	"github.com/vigilrun/vigil/internal/snapshot"
 	"github.com/vigilrun/vigil/internal/textcheck"
@@ -97,6 +98,9 @@ type actor struct {
 	quiet     []chan struct{}
 	// proj holds the projection rows not written yet (projection.go).
 	proj projector
+	// holding is set while the actor's goroutine holds a slot of the
+	// runtime's gate: it lets it go while it waits for the store (unhold).
+	holding bool
 }
 
 const (
@@ -193,7 +197,11 @@ func (a *actor) loop() {
 			close(a.done)
 			return
 		}
+		a.rt.gate.Acquire(admit.Step)
+		a.holding = true
 		a.process(batch)
+		a.holding = false
+		a.rt.gate.Release()
 		clear(batch) // the slice is reused: keep nothing of the batch alive
 		a.mu.Lock()
 		if a.spare == nil {
@@ -507,6 +515,20 @@ func (a *actor) process(batch []request) {
 	}
 }
 
+// unhold lets the gate's slot go before the actor waits for the store,
+// and returns the function that takes a slot again after, ahead of new
+// work: a commit's waiters share a group commit, and a slot held while
+// waiting would serve nobody.
+func (a *actor) unhold() func() {
+	if !a.holding {
+		return func() {}
+	}
+	a.rt.gate.Release()
+	return a.rehold
+}
+
+func (a *actor) rehold() { a.rt.gate.Acquire(admit.Resume) }
+
 // forget drops the cancel function of an effect whose outcome arrived.
 func (a *actor) forget(in core.Input) {
 	switch in := in.(type) {
@@ -548,9 +570,12 @@ func (a *actor) commit(ctx context.Context, events []core.Event) ([]store.Record
 		}
 		recs[i] = store.Record{Session: string(a.id), Seq: e.Seq, At: e.At, Type: e.Body.Type(), Data: data}
 	}
+	proj := a.projection(ctx, events)
+	rehold := a.unhold()
 	res, err := a.rt.st.EventAppend(ctx, &store.EventAppendParams{
-		Session: string(a.id), Epoch: a.lease.Epoch, Records: recs, Projection: a.projection(ctx, events),
+		Session: string(a.id), Epoch: a.lease.Epoch, Records: recs, Projection: proj,
 	})
+	rehold()
 	a.projected(err)
 	if err != nil {
 		return nil, err
@@ -732,6 +757,7 @@ func (a *actor) saveSnapshot(s *core.State) error {
 		return err
 	}
 	a.snapBytes = len(data)
+	defer a.unhold()()
 	return a.rt.st.SnapshotSave(a.ctx, &store.SnapshotSaveParams{Session: string(a.id), Epoch: a.lease.Epoch, Seq: s.Seq, Data: data})
 }
 

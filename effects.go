@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/admit"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
 	"github.com/vigilrun/vigil/internal/shell"
@@ -102,6 +103,11 @@ func (a *actor) startCall(ef core.CallModel) {
 		Tools: a.rt.specsFor(SessionID(a.id)), Purpose: ef.Purpose,
 	}
 	go func() {
+		if ef.Background {
+			// New background work starts when nothing more urgent waits
+			// for the node's processors.
+			a.rt.gate.Admit(admit.Start)
+		}
 		if p == nil {
 			a.submitEffect(core.ModelFailed{Agent: ef.Agent, Call: ef.Call, Error: fmt.Sprintf("no provider %q is configured", name), Kind: core.FailInvalid})
 			return

@@ -115,7 +115,9 @@ func (a *actor) flushProjection() {
 	}
 	a.proj.last = a.rt.clock.Now()
 	p := a.proj.take(a.proj.last)
+	rehold := a.unhold()
 	_, err := a.rt.st.EventAppend(a.ctx, &store.EventAppendParams{Session: string(a.id), Epoch: a.lease.Epoch, Projection: p})
+	rehold()
 	if err != nil {
 		// The rows are written with a later step, or projected again from
 		// the log by whoever recovers the session.

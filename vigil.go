@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/admit"
 	"github.com/vigilrun/vigil/internal/clock"
 	"github.com/vigilrun/vigil/internal/cmdenv"
 	"github.com/vigilrun/vigil/internal/sandbox"
@@ -116,6 +118,13 @@ type Options struct {
 	// gen_ai.tool.call.arguments, gen_ai.tool.call.result); off, spans
 	// carry no text of the conversation.
 	TraceContent bool
+	// CPUSlots is how many of the runtime's steps run at once: 0 means one
+	// per processor (GOMAXPROCS), a negative value no limit. On a saturated
+	// node the steps that wait are served by priority: a step whose commit
+	// returned first, then results and requests, and last the start of a
+	// background agent's model call. A wake then does not wait behind
+	// every other busy session's work (internal/admit).
+	CPUSlots int
 }
 
 // Runtime runs sessions.
@@ -128,10 +137,13 @@ type Runtime struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	actors   map[core.SessionID]*actor
-	closed   bool
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	actors map[core.SessionID]*actor
+	closed bool
+	wg     sync.WaitGroup
+	// gate orders the actors' CPU work by priority when the node is
+	// saturated; nil admits everything at once (Options.CPUSlots).
+	gate     *admit.Gate
 	leaseTTL time.Duration
 	// loopStop ends the renewal and adoption loops.
 	loopStop chan struct{}
@@ -206,13 +218,20 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("vigil: data dir: %w", err)
 	}
+	var gate *admit.Gate
+	switch {
+	case opts.CPUSlots == 0:
+		gate = admit.New(runtime.GOMAXPROCS(0), opts.Clock.Now)
+	case opts.CPUSlots > 0:
+		gate = admit.New(opts.CPUSlots, opts.Clock.Now)
+	}
 	opts.Core.ContextWindow = contextWindows(opts.Core.ContextWindow, opts.Providers, opts.DefaultProvider)
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Runtime{
 		opts: opts, core: core.New(opts.Core), clock: opts.Clock, log: opts.Logger, st: opts.Store,
 		ctx: rctx, cancel: cancel, actors: map[core.SessionID]*actor{}, leaseTTL: opts.LeaseTTL, takeovers: map[core.SessionID]*takeover{},
 		loopStop: make(chan struct{}), allSubs: newFanout(), started: opts.Clock.Now(),
-		tracer: newTracer(opts.TracerProvider, opts.TraceContent, opts.Logger),
+		tracer: newTracer(opts.TracerProvider, opts.TraceContent, opts.Logger), gate: gate,
 	}
 	iso, rep, err := setupIsolation(ctx, opts.Sandbox, opts.DataDir)
 	if err != nil {

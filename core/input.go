@@ -228,11 +228,15 @@ type CallModel struct {
 	Agent     AgentID
 	AgentName string
 	IsMain    bool
-	Depth     int
-	Run       int
-	Round     int
-	Provider  string
-	Model     string
+	// Background is set for an agent whose task runs in the background:
+	// nobody waits on this call but its own agent (the runtime starts such
+	// calls last when the node is saturated).
+	Background bool
+	Depth      int
+	Run        int
+	Round      int
+	Provider   string
+	Model      string
 	// Purpose is PurposeCompact for a call that asks for a summary of the
 	// agent's older turns (its answer's tool calls are ignored); empty for
 	// a round.

@@ -225,10 +225,16 @@ func (st *stepper) callModel(a *Agent) CallModel {
 		msgs = compactMessages(a, r.Call.Cut)
 	}
 	return CallModel{
-		Call: r.Call.ID, Agent: a.ID, AgentName: a.Name, IsMain: a.ID == MainAgent, Depth: a.Depth,
+		Call: r.Call.ID, Agent: a.ID, AgentName: a.Name, IsMain: a.ID == MainAgent, Background: st.background(a), Depth: a.Depth,
 		Run: r.Seq, Round: r.Call.Round, Provider: prov, Model: model, Purpose: r.Call.Purpose,
 		Messages: msgs,
 	}
+}
+
+// background reports whether a's task runs in the background.
+func (st *stepper) background(a *Agent) bool {
+	t := st.s.Tasks[a.Task]
+	return t != nil && t.Background
 }
 
 // grantSlots dispatches calls that wait for a slot while slots are free.

@@ -38,6 +38,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	load := fs.String("load", "", "run the load table instead: busy sessions per cell, comma-separated (e.g. 1,10,100,1000)")
 	loadNotes := fs.Int("load-notifications", 20000, "notifications per load cell, spread over its sessions (at least 2 per worker per session)")
 	loadWorkers := fs.Int("load-workers", bench.LoadWorkers, "background subagents per session in the load table")
+	cpuSlots := fs.Int("cpu-slots", 0, "the runtime's CPU slots in the load table (vigil.Options.CPUSlots): 0 one step per processor at a time, served by priority; -1 no limit, to see what the limit does")
 	ceiling := fs.Duration("ceiling", time.Second, "how long each of the two disk ceiling measurements runs per load cell")
 	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
 	idleInputs := fs.Int("idle-inputs", 100, "inputs to each idle session")
@@ -121,7 +122,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			return &exitError{code: 2, err: fmt.Errorf("--idle-inputs %d: want 0 or more", *idleInputs)}
 		}
 		lc := loadConfig{
-			dir: dir, sessions: counts, notes: *loadNotes, workers: *loadWorkers, ceiling: *ceiling,
+			dir: dir, sessions: counts, notes: *loadNotes, workers: *loadWorkers, ceiling: *ceiling, cpuSlots: *cpuSlots,
 			idle: *idle, idleInputs: *idleInputs, idleInput: *idleInput,
 		}
 		return benchLoad(ctx, e, names, opener, lc)
@@ -246,6 +247,7 @@ type loadConfig struct {
 	notes      int
 	workers    int
 	ceiling    time.Duration
+	cpuSlots   int
 	idle       int
 	idleInputs int
 	idleInput  string
@@ -286,6 +288,14 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		}
 		fmt.Fprintf(e.stdout, "\nload: %d notifications per cell spread over its sessions (at least %d per session), %d background workers per session;\n",
 			lc.notes, bench.LoadShare(0, 1, workers), workers)
+		slots := fmt.Sprintf("%d", lc.cpuSlots)
+		switch {
+		case lc.cpuSlots == 0:
+			slots = fmt.Sprintf("%d (one per processor)", runtime.GOMAXPROCS(0))
+		case lc.cpuSlots < 0:
+			slots = "no limit"
+		}
+		fmt.Fprintf(e.stdout, "cpu slots: %s (--cpu-slots: steps that run at once; the others wait by priority, a background agent's call last);\n", slots)
 		fmt.Fprintf(e.stdout, "wake = worker's final answer -> main's next model request carrying its notification; rows = rows the store inserted or updated;\n")
 		fmt.Fprintf(e.stdout, "ceiling = the same driver and settings, serial single-row commits for %s, then 1000-row transactions for %s, just before and just after\n", lc.ceiling, lc.ceiling)
 		fmt.Fprintf(e.stdout, "the cell: the mean of the two; ceil spread = larger/smaller reading, of commits/s and of rows/s;\n")
@@ -376,7 +386,7 @@ func loadCell(ctx context.Context, open func() (*benchStore, error), name string
 	if err := ceiling(); err != nil {
 		return "", err
 	}
-	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers}, sessions)
+	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers, CPUSlots: lc.cpuSlots}, sessions)
 	if err != nil {
 		return "", fmt.Errorf("load %d sessions on %s: %w", sessions, name, err)
 	}

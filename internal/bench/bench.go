@@ -74,6 +74,10 @@ type Config struct {
 	// IdleInput is the input Idle sends its sessions: IdleHold (the
 	// default) or IdleStatus.
 	IdleInput string
+	// CPUSlots is the runtime's vigil.Options.CPUSlots: 0 one step per
+	// processor at a time, served by priority; negative no limit (to
+	// measure what the limit does).
+	CPUSlots int
 }
 
 // fastModel answers every call at once through a function of the request.
@@ -111,7 +115,7 @@ func lastText(req *provider.Request) string {
 func open(ctx context.Context, cfg Config, m provider.Provider) (*vigil.Runtime, error) {
 	return vigil.Open(ctx, vigil.Options{
 		Store: cfg.Store, Providers: map[string]provider.Provider{"bench": m}, DefaultProvider: "bench",
-		DataDir: cfg.DataDir, Node: "bench",
+		DataDir: cfg.DataDir, Node: "bench", CPUSlots: cfg.CPUSlots,
 	})
 }
 
