@@ -9,15 +9,17 @@ import (
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/snapshot"
 	"github.com/vigilrun/vigil/store"
 )
 
 // Generate writes a session of at least n events to st without a runtime:
 // the core is stepped directly, a main agent messaging ten workers that
 // answer at once, and the events are appended in batches with their
-// projections. With snapshot, state snapshots are saved as the runtime
-// saves them (every 5000 events, or one event per KiB of the last snapshot). It returns the session id.
-func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string, error) {
+// projections. With snapshots, state snapshots are saved as the runtime
+// saves them (internal/snapshot's format, every 5000 events, or one event
+// per KiB of the last snapshot). It returns the session id.
+func Generate(ctx context.Context, st store.Store, n int, snapshots bool) (string, error) {
 	const id = "bench-recovery"
 	// No budget: the generated session is far longer than a default budget allows.
 	c := core.New(core.Config{Budget: core.Budget{Tokens: -1, Rounds: -1, Wall: -1, Cost: -1}})
@@ -48,8 +50,8 @@ func Generate(ctx context.Context, st store.Store, n int, snapshot bool) (string
 		total += len(pending)
 		sinceSnap += len(pending)
 		pending = pending[:0]
-		if snapshot && sinceSnap >= max(5000, snapBytes/1024) {
-			b, err := json.Marshal(s)
+		if snapshots && sinceSnap >= max(5000, snapBytes/1024) {
+			b, err := snapshot.Encode(s)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/internal/sim"
 	"github.com/vigilrun/vigil/internal/snapshot"
@@ -62,3 +63,18 @@ func TestSnapshotsOfEncodingJSON(t *testing.T) {
 }
 
 var simTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// FuzzDecode: no input makes Decode panic.
+func FuzzDecode(f *testing.F) {
+	s := core.NewState()
+	s.Agents["main"] = &core.Agent{ID: "main", Transcript: []chat.Message{{Role: chat.RoleUser, Content: []chat.Block{chat.Text("hi")}}}}
+	b, err := snapshot.Encode(s)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte(`{"seq":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_ = snapshot.Decode(data, core.NewState())
+	})
+}
