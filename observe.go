@@ -4,11 +4,13 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/admit"
 )
 
 // Observer receives measurements from the runtime, for metrics.
-// Implementations must be safe for concurrent use and fast: they are
-// called on the session's goroutine, after the commit.
+// Implementations must be safe for concurrent use and fast, and must not
+// block: they are called on the session's goroutine, after the commit,
+// while the step holds one of the node's CPU slots (Options.CPUSlots).
 type Observer interface {
 	// RunStarted is called when a run starts, with what started it
 	// (prompt, message, notification, …).
@@ -82,4 +84,35 @@ type QueueObserver interface {
 	// QueueFull is called when a request starts waiting for room in the
 	// session's queue.
 	QueueFull(session SessionID)
+}
+
+// CPUStats is what the runtime's CPU gate (Options.CPUSlots) did so far.
+// A node whose steps often wait is saturated: its wakes stay fast, since
+// they go first, but new background work starts later.
+type CPUStats struct {
+	// Slots is how many steps run at once; 0 when there is no gate.
+	Slots int
+	// WaitingSteps and WaitingStarts are how many steps, and background
+	// agents' model calls, wait for a slot now.
+	WaitingSteps, WaitingStarts int
+	// WaitedSteps and WaitedStarts count the steps, and the background
+	// agents' model calls, that had to wait for a slot.
+	WaitedSteps, WaitedStarts uint64
+	// AgedStarts counts the background calls that went ahead of newer
+	// steps because they had waited 100 ms.
+	AgedStarts uint64
+}
+
+// CPUStats reads the runtime's CPU gate.
+func (r *Runtime) CPUStats() CPUStats {
+	if r.gate == nil {
+		return CPUStats{}
+	}
+	s := r.gate.Stats()
+	return CPUStats{
+		Slots:        r.gate.Slots(),
+		WaitingSteps: s.Waiting[admit.Resume] + s.Waiting[admit.Step], WaitingStarts: s.Waiting[admit.Start],
+		WaitedSteps: s.Waited[admit.Resume] + s.Waited[admit.Step], WaitedStarts: s.Waited[admit.Start],
+		AgedStarts: s.Aged,
+	}
 }

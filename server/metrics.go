@@ -44,13 +44,15 @@ type Metrics struct {
 	sseCuts        *prometheus.CounterVec
 	httpConns      prometheus.Gauge
 	httpEvicted    prometheus.Counter
+	queueFull      prometheus.Counter
 
 	attachOnce sync.Once
 }
 
 var (
-	_ vigil.Observer    = (*Metrics)(nil)
-	_ vigil.RunObserver = (*Metrics)(nil)
+	_ vigil.Observer      = (*Metrics)(nil)
+	_ vigil.RunObserver   = (*Metrics)(nil)
+	_ vigil.QueueObserver = (*Metrics)(nil)
 )
 
 // NewMetrics returns metrics on a new registry that also holds the Go and
@@ -106,9 +108,12 @@ func NewMetrics() *Metrics {
 		httpEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vigil_http_connections_evicted_total", Help: "Connections in no request closed to make room under the connection cap.",
 		}),
+		queueFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_session_queue_full_total", Help: "Requests that found a session's queue full and waited for room (backpressure; nothing is dropped).",
+		}),
 	}
 	m.reg.MustRegister(m.runsStarted, m.runsEnded, m.notesWritten, m.notesDelivered, m.messages, m.drops,
-		m.modelCalls, m.modelDuration, m.wakeLatency, m.runDuration, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted,
+		m.modelCalls, m.modelDuration, m.wakeLatency, m.runDuration, m.sseClients, m.sseEvents, m.sseCuts, m.httpConns, m.httpEvicted, m.queueFull,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -178,12 +183,19 @@ func (m *Metrics) ModelCall(provider string, d time.Duration, err error) {
 	m.modelDuration.WithLabelValues(provider).Observe(d.Seconds())
 }
 
+// QueueFull implements vigil.QueueObserver.
+func (m *Metrics) QueueFull(vigil.SessionID) { m.queueFull.Inc() }
+
 // runtimeCollector reads gauges from the runtime at scrape time: levels,
 // not edges, so they are right after a restart too.
 type runtimeCollector struct {
 	rt       *vigil.Runtime
 	inbox    *prometheus.Desc
 	sessions *prometheus.Desc
+	cpuSlots *prometheus.Desc
+	cpuWait  *prometheus.Desc
+	cpuWaits *prometheus.Desc
+	cpuAged  *prometheus.Desc
 }
 
 func newRuntimeCollector(rt *vigil.Runtime) *runtimeCollector {
@@ -191,6 +203,10 @@ func newRuntimeCollector(rt *vigil.Runtime) *runtimeCollector {
 		rt:       rt,
 		inbox:    prometheus.NewDesc("vigil_inbox_depth", "Items queued in the inboxes of an open session's agents (sum).", []string{"session"}, nil),
 		sessions: prometheus.NewDesc("vigil_sessions", "Sessions in the store, by state (open or closed).", []string{"state"}, nil),
+		cpuSlots: prometheus.NewDesc("vigil_cpu_slots", "Steps the runtime runs at once (vigil.Options.CPUSlots; 0: no limit).", nil, nil),
+		cpuWait:  prometheus.NewDesc("vigil_cpu_waiting", "Work waiting for a CPU slot now, by kind (step, or start: a background agent's model call).", []string{"kind"}, nil),
+		cpuWaits: prometheus.NewDesc("vigil_cpu_waits_total", "Work that had to wait for a CPU slot, by kind (step or start): a saturated node.", []string{"kind"}, nil),
+		cpuAged:  prometheus.NewDesc("vigil_cpu_aged_starts_total", "Background model calls that went ahead of newer steps after waiting 100 ms.", nil, nil),
 	}
 }
 
@@ -198,10 +214,21 @@ func newRuntimeCollector(rt *vigil.Runtime) *runtimeCollector {
 func (c *runtimeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inbox
 	ch <- c.sessions
+	ch <- c.cpuSlots
+	ch <- c.cpuWait
+	ch <- c.cpuWaits
+	ch <- c.cpuAged
 }
 
 // Collect implements prometheus.Collector.
 func (c *runtimeCollector) Collect(ch chan<- prometheus.Metric) {
+	cpu := c.rt.CPUStats()
+	ch <- prometheus.MustNewConstMetric(c.cpuSlots, prometheus.GaugeValue, float64(cpu.Slots))
+	ch <- prometheus.MustNewConstMetric(c.cpuWait, prometheus.GaugeValue, float64(cpu.WaitingSteps), "step")
+	ch <- prometheus.MustNewConstMetric(c.cpuWait, prometheus.GaugeValue, float64(cpu.WaitingStarts), "start")
+	ch <- prometheus.MustNewConstMetric(c.cpuWaits, prometheus.CounterValue, float64(cpu.WaitedSteps), "step")
+	ch <- prometheus.MustNewConstMetric(c.cpuWaits, prometheus.CounterValue, float64(cpu.WaitedStarts), "start")
+	ch <- prometheus.MustNewConstMetric(c.cpuAged, prometheus.CounterValue, float64(cpu.AgedStarts))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rows, err := c.rt.SessionList(ctx, nil)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -102,12 +103,18 @@ func TestMetrics(t *testing.T) {
 	if got, _ := sample(t, h.metrics, "vigil_inbox_depth", map[string]string{"session": id}); got != 0 {
 		t.Errorf("inbox depth of the quiescent session = %v, want 0", got)
 	}
+	if got, _ := sample(t, h.metrics, "vigil_cpu_slots", nil); got != float64(runtime.GOMAXPROCS(0)) {
+		t.Errorf("cpu slots = %v, want one per processor (%d)", got, runtime.GOMAXPROCS(0))
+	}
+	if got, found := sample(t, h.metrics, "vigil_cpu_waiting", map[string]string{"kind": "start"}); !found || got != 0 {
+		t.Errorf("background calls waiting on a quiet node = %v (found %v), want 0", got, found)
+	}
 
 	code, b := h.call("GET", "/metrics", nil)
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
 	}
-	for _, name := range []string{"vigil_runs_started_total", "vigil_wake_latency_seconds_bucket", "vigil_inbox_depth", "go_goroutines"} {
+	for _, name := range []string{"vigil_runs_started_total", "vigil_wake_latency_seconds_bucket", "vigil_inbox_depth", "vigil_cpu_waits_total", "vigil_session_queue_full_total", "go_goroutines"} {
 		if !strings.Contains(string(b), name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

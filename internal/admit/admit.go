@@ -51,7 +51,8 @@ const MaxStartWait = 100 * time.Millisecond
 // Gate hands out a fixed number of slots by priority. A nil *Gate admits
 // everything at once.
 type Gate struct {
-	now func() time.Time
+	now   func() time.Time
+	slots int
 
 	mu     sync.Mutex
 	free   int
@@ -68,7 +69,15 @@ func New(slots int, now func() time.Time) *Gate {
 	if now == nil {
 		now = time.Now
 	}
-	return &Gate{free: max(slots, 1), now: now}
+	return &Gate{free: max(slots, 1), slots: max(slots, 1), now: now}
+}
+
+// Slots is how many slots the gate hands out.
+func (g *Gate) Slots() int {
+	if g == nil {
+		return 0
+	}
+	return g.slots
 }
 
 // Acquire takes a slot, waiting while none is free or other work waits
