@@ -56,13 +56,13 @@ agents:
 	})
 }
 
-// TestNoGate: CPUSlots < 0 runs without a gate.
+// TestNoGate: by default (CPUSlots 0) a runtime runs without a gate.
 func TestNoGate(t *testing.T) {
 	sc, err := script.Parse([]byte("name: plain\nagents:\n  main:\n    turns:\n      - say: done\n"))
 	must(t, err)
-	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.CPUSlots = -1 })
-	if rt.gate != nil {
-		t.Fatal("CPUSlots -1 made a gate")
+	rt := openWith(t, memstore.New(), sc, nil)
+	if rt.gate != nil || rt.CPUStats() != (CPUStats{}) {
+		t.Fatal("a runtime made a gate by default")
 	}
 	sess, err := rt.CreateSession(context.Background(), &SessionParams{Prompt: "go"})
 	must(t, err)

@@ -38,7 +38,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	load := fs.String("load", "", "run the load table instead: busy sessions per cell, comma-separated (e.g. 1,10,100,1000)")
 	loadNotes := fs.Int("load-notifications", 20000, "notifications per load cell, spread over its sessions (at least 2 per worker per session)")
 	loadWorkers := fs.Int("load-workers", bench.LoadWorkers, "background subagents per session in the load table")
-	cpuSlots := fs.Int("cpu-slots", 0, "the runtime's CPU slots in the load table (vigil.Options.CPUSlots): 0 one step per processor at a time, served by priority; -1 no limit, to see what the limit does")
+	cpuSlots := fs.Int("cpu-slots", 0, "the runtime's CPU slots in the load table (vigil.Options.CPUSlots): N steps at a time, the others served by priority (a background agent's call last); 0 no limit")
 	ceiling := fs.Duration("ceiling", time.Second, "how long each of the two disk ceiling measurements runs per load cell")
 	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
 	idleInputs := fs.Int("idle-inputs", 100, "inputs to each idle session")
@@ -289,10 +289,7 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		fmt.Fprintf(e.stdout, "\nload: %d notifications per cell spread over its sessions (at least %d per session), %d background workers per session;\n",
 			lc.notes, bench.LoadShare(0, 1, workers), workers)
 		slots := fmt.Sprintf("%d", lc.cpuSlots)
-		switch {
-		case lc.cpuSlots == 0:
-			slots = fmt.Sprintf("%d (one per processor)", runtime.GOMAXPROCS(0))
-		case lc.cpuSlots < 0:
+		if lc.cpuSlots <= 0 {
 			slots = "no limit"
 		}
 		fmt.Fprintf(e.stdout, "cpu slots: %s (--cpu-slots: steps that run at once; the others wait by priority, a background agent's call last);\n", slots)

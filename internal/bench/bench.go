@@ -74,9 +74,8 @@ type Config struct {
 	// IdleInput is the input Idle sends its sessions: IdleHold (the
 	// default) or IdleStatus.
 	IdleInput string
-	// CPUSlots is the runtime's vigil.Options.CPUSlots: 0 one step per
-	// processor at a time, served by priority; negative no limit (to
-	// measure what the limit does).
+	// CPUSlots is the runtime's vigil.Options.CPUSlots: N steps at a
+	// time, the others served by priority; 0 no limit.
 	CPUSlots int
 }
 
