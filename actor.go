@@ -518,16 +518,28 @@ func (a *actor) process(batch []request) {
 // unhold lets the gate's slot go before the actor waits for the store,
 // and returns the function that takes a slot again after, ahead of new
 // work: a commit's waiters share a group commit, and a slot held while
-// waiting would serve nobody.
+// waiting would serve nobody (nor may a store that hangs keep the node's
+// slots from the other sessions). Nested calls are no-ops.
 func (a *actor) unhold() func() {
 	if !a.holding {
 		return func() {}
 	}
+	a.holding = false
 	a.rt.gate.Release()
 	return a.rehold
 }
 
-func (a *actor) rehold() { a.rt.gate.Acquire(admit.Resume) }
+func (a *actor) rehold() {
+	a.rt.gate.Acquire(admit.Resume)
+	a.holding = true
+}
+
+// load reads the session's state from the store (loadState) without
+// holding a slot of the gate.
+func (a *actor) load() (*core.State, error) {
+	defer a.unhold()()
+	return loadState(a.ctx, a.rt.st, string(a.id))
+}
 
 // forget drops the cancel function of an effect whose outcome arrived.
 func (a *actor) forget(in core.Input) {
@@ -643,7 +655,7 @@ func (a *actor) refused(batch []request, cause error) {
 		if r.fn != nil {
 			continue // process runs the batch's reads after the commit
 		}
-		s, err := loadState(a.ctx, a.rt.st, string(a.id))
+		s, err := a.load()
 		if err != nil {
 			a.commitFailed(batch[i:], err)
 			return
@@ -671,7 +683,7 @@ func (a *actor) refused(batch []request, cause error) {
 				return
 			}
 			refusal := err
-			if a.state, err = loadState(a.ctx, a.rt.st, string(a.id)); err != nil {
+			if a.state, err = a.load(); err != nil {
 				a.commitFailed(batch[i:], err)
 				return
 			}
@@ -723,7 +735,7 @@ func (a *actor) retry() {
 	if a.poisoned == nil {
 		return
 	}
-	s, err := loadState(a.ctx, a.rt.st, string(a.id))
+	s, err := a.load()
 	if err == nil {
 		// Probe that writes are accepted again: the snapshot write is fenced
 		// like an append and harmless to repeat.

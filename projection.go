@@ -130,6 +130,7 @@ func (a *actor) flushProjection() {
 // cover yet (those after the session row's LastSeq) into the pending
 // ones, in place of what was pending.
 func (a *actor) reproject(ctx context.Context) error {
+	defer a.unhold()() // store reads: no slot held
 	a.proj.pending = store.Pending{}
 	from := int64(0)
 	row, err := a.rt.st.SessionGet(ctx, string(a.id))
