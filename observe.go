@@ -9,8 +9,8 @@ import (
 
 // Observer receives measurements from the runtime, for metrics.
 // Implementations must be safe for concurrent use and fast, and must not
-// block: they are called on the session's goroutine, after the commit,
-// while the step holds one of the node's CPU slots (Options.CPUSlots).
+// block: they are called on the session's goroutine, and with the CPU
+// gate on (Options.CPUSlots) while the step holds one of its slots.
 type Observer interface {
 	// RunStarted is called when a run starts, with what started it
 	// (prompt, message, notification, …).
@@ -87,8 +87,8 @@ type QueueObserver interface {
 }
 
 // CPUStats is what the runtime's CPU gate (Options.CPUSlots) did so far.
-// A node whose steps often wait is saturated: its wakes stay fast, since
-// they go first, but new background work starts later.
+// A node whose steps often wait is saturated: steps go ahead of new
+// background work, which starts later.
 type CPUStats struct {
 	// Slots is how many steps run at once; 0 when there is no gate.
 	Slots int
