@@ -8,8 +8,8 @@
 // in turn: a wake (a background run's result reaching its owner) waits
 // behind every other session's step, several times over, and its latency
 // grows with the number of busy sessions. With it, at most one holder per
-// slot runs the runtime's CPU work; the rest wait here, in the order the
-// runtime chooses: work in progress first, then results and requests, and
+// slot runs a session step (takeovers, providers, tools and the server run
+// outside it); the rest wait here, in the order the runtime chooses: work in progress first, then results and requests, and
 // last the start of new background work.
 //
 // A holder must release its slot before it blocks on I/O (a store commit)
