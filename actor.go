@@ -78,7 +78,11 @@ type actor struct {
 
 	// poisoned is set when a commit failed: the in-memory state is ahead of
 	// the store and must be reloaded before the next step.
-	poisoned  error
+	poisoned error
+	// stale is set when a commit failed and the state could not be read
+	// back from the store: a.state holds steps the store does not, which
+	// no read may show (rule 8); reads fail until the retry reloads it.
+	stale     error
 	deferred  []request
 	retryWait time.Duration
 	retryT    Timer
@@ -405,11 +409,14 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	var mu sync.Mutex // held while fn runs
 	abandoned := false
 	done := make(chan struct{})
+	var unreadable error
 	if err := a.put(ctx, request{fn: func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !abandoned {
-			fn(a.state)
+			if unreadable = a.unreadable(); unreadable == nil {
+				fn(a.state)
+			}
 			close(done)
 		}
 	}}); err != nil {
@@ -418,7 +425,7 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	var err error
 	select {
 	case <-done:
-		return nil
+		return unreadable
 	case <-a.done:
 		err = errRuntimeDone
 	case <-ctx.Done():
@@ -428,6 +435,25 @@ func (a *actor) view(ctx context.Context, fn func(s *core.State)) error {
 	abandoned = true
 	mu.Unlock()
 	return err
+}
+
+// unreadable says why a.state must not be read, or nil: after a lost
+// lease it may hold a step the store refused (the new owner's state is
+// the truth), and after a failed commit it may hold steps the store does
+// not keep until the retry reloads it. A read never shows what the store
+// may not keep (rule 8).
+func (a *actor) unreadable() error {
+	switch {
+	case a.moved:
+		why := a.movedErr
+		if why == nil {
+			why = errMoved
+		}
+		return fmt.Errorf("session %s: %w", a.id, why)
+	case a.stale != nil:
+		return fmt.Errorf("session %s: %w: its last step could not be stored, nor its stored state read back (%v); it resumes when the store answers", a.id, errStoreDown, a.stale)
+	}
+	return nil
 }
 
 // process steps a batch of inputs and commits their events in one append.
@@ -629,6 +655,14 @@ func (a *actor) commitFailed(batch []request, err error) {
 	}
 	a.poisoned = err
 	a.rt.log.Error("commit failed; session paused until the store accepts writes", "session", a.id, "err", err)
+	// The state holds the batch's steps, which the store did not take:
+	// reads see the stored state instead, read back now (a store that
+	// refuses writes often still answers reads), or fail until the retry.
+	if s, lerr := a.load(); lerr == nil {
+		a.state, a.stale = s, nil
+	} else {
+		a.stale = err
+	}
 	for _, r := range batch {
 		switch {
 		case r.effect:
@@ -752,7 +786,7 @@ func (a *actor) retry() {
 		return
 	}
 	a.rt.log.Info("store accepts writes again; session resumes", "session", a.id, "waiting_inputs", len(a.deferred))
-	a.state, a.poisoned, a.retryWait = s, nil, 0
+	a.state, a.poisoned, a.stale, a.retryWait = s, nil, nil, 0
 	// A commit that failed may have landed (a lost COMMIT): what the store
 	// holds in flight is started again unless it still runs here. The
 	// deadline timer and the waiters follow the reloaded state.
