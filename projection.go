@@ -1,6 +1,7 @@
 package vigil
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,15 @@ type projector struct {
 	// Updated, and a change of needs is due at once.
 	updated time.Time
 	needs   []string
+	// seed is what a takeover read already, for its first reproject.
+	seed *projSeed
+}
+
+// projSeed is what a takeover read that the first reproject needs: the
+// session's row as listed (nil: read it) and the log after the snapshot.
+type projSeed struct {
+	row  *store.SessionRow
+	tail *logTail
 }
 
 // take returns the pending rows to write now, the session row's Updated
@@ -132,14 +142,33 @@ func (a *actor) flushProjection() {
 func (a *actor) reproject(ctx context.Context) error {
 	defer a.unhold()() // store reads: no slot held
 	a.proj.pending = store.Pending{}
+	seed := a.proj.seed
+	a.proj.seed = nil // what it read holds until the first commit only
+	if seed == nil {
+		seed = &projSeed{}
+	}
 	from := int64(0)
-	row, err := a.rt.st.SessionGet(ctx, string(a.id))
+	row, err := seed.row, error(nil)
+	if row == nil {
+		row, err = a.rt.st.SessionGet(ctx, string(a.id))
+	}
 	switch {
 	case err == nil:
 		from = row.LastSeq
 		a.proj.updated, a.proj.needs = row.Updated, row.NeedsYou
 	case !errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("read the session's row: %w", err)
+	}
+	if t := seed.tail; t != nil && t.Events != nil && from >= t.After {
+		// The takeover read the log from t.After to its end, t.End: no
+		// one has written it since (the lease is this actor's and it has
+		// not committed yet).
+		i, _ := slices.BinarySearchFunc(t.Events, from+1, func(e core.Event, seq int64) int { return cmp.Compare(e.Seq, seq) })
+		if i < len(t.Events) {
+			a.proj.pending.Add(store.Project(a.state, t.Events[i:]))
+		}
+		a.proj.stale = false
+		return nil
 	}
 	for from < a.state.Seq {
 		recs, err := a.rt.st.EventList(ctx, &store.EventListParams{Session: string(a.id), AfterSeq: from, Limit: 10_000})

@@ -297,8 +297,8 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	todo := make([]core.SessionID, 0, len(rows))
-	for _, row := range rows {
+	todo := make([]*store.SessionRow, 0, len(rows))
+	for i, row := range rows {
 		r.mu.Lock()
 		_, mine := r.actors[core.SessionID(row.ID)]
 		closed := r.closed
@@ -307,7 +307,7 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			return nil
 		}
 		if !mine && r.opts.Adopt(summaryOut(row)) {
-			todo = append(todo, core.SessionID(row.ID))
+			todo = append(todo, &rows[i])
 		}
 	}
 	var (
@@ -332,8 +332,8 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 				if i >= len(todo) {
 					return
 				}
-				id := todo[i]
-				_, err := r.adopt(ctx, id)
+				id := core.SessionID(todo[i].ID)
+				_, err := r.adopt(ctx, id, todo[i])
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
 				case errors.Is(err, errRuntimeDone), r.closing():
@@ -376,8 +376,9 @@ type takeover struct {
 }
 
 // adopt takes a session over and registers its actor, unless this runtime
-// already has it (its actor is returned) or is taking it over (errRecovering).
-func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) {
+// already has it (its actor is returned) or is taking it over
+// (errRecovering). row is the session's row when a listing read it, or nil.
+func (r *Runtime) adopt(ctx context.Context, id core.SessionID, row *store.SessionRow) (*actor, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -396,7 +397,7 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 	r.inflight.Add(1)
 	r.mu.Unlock()
 	defer r.inflight.Done()
-	a, err := r.takeOver(ctx, id)
+	a, err := r.takeOver(ctx, id, row)
 	r.mu.Lock()
 	closed := r.closed
 	if err != nil || closed {
@@ -420,7 +421,10 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID) (*actor, error) 
 
 // takeOver acquires a session's lease, rebuilds its state and recovers it.
 // A lease held by a process of this host that is gone is taken at once.
-func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, error) {
+//
+// row, when not nil, is the session's row as a listing read it before the
+// lease was taken: its LastSeq is at most the stored one's.
+func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow) (*actor, error) {
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
 	lease, err := r.st.LeaseAcquire(ctx, p)
 	var held *store.LeaseHeldError
@@ -432,12 +436,16 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID) (*actor, erro
 		return nil, err
 	}
 	previous, cause := r.logTakeover(id, lease, p.Steal)
-	s, err := loadState(ctx, r.st, string(id))
+	s, tail, err := loadStateTail(ctx, r.st, string(id))
 	if err != nil {
 		r.giveUpIfClosing(lease, err)
 		return nil, err
 	}
 	a := r.newActor(id, s, lease)
+	// The recovery's commit projects what the session's row misses: from
+	// the row listed (when this takeover comes from a listing; an older
+	// row only projects more) and the events just read.
+	a.proj.seed = &projSeed{row: row, tail: tail}
 	a.killStale()
 	a.trace.resume(s) // before the recovery step changes s
 	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1, Previous: previous, Cause: cause})
@@ -503,37 +511,61 @@ func (r *Runtime) giveUp(l *store.Lease, why error) {
 // loadState rebuilds a session from its newest snapshot and the events
 // after it.
 func loadState(ctx context.Context, st store.Store, id string) (*core.State, error) {
+	s, _, err := loadStateTail(ctx, st, id)
+	return s, err
+}
+
+// logTail is what loadStateTail read of a session's log after its
+// snapshot: the events after seq After, up to End, where the log ended
+// then. Events is nil when there were more than one page of them.
+type logTail struct {
+	After, End int64
+	Events     []core.Event
+}
+
+// loadStateTail is loadState that also returns the events it read after
+// the snapshot, for a takeover's first projection (reproject), which
+// reads them otherwise.
+func loadStateTail(ctx context.Context, st store.Store, id string) (*core.State, *logTail, error) {
 	s := core.NewState()
 	snap, err := st.SnapshotLoad(ctx, id)
 	switch {
 	case err == nil:
 		if err := decodeState(snap.Data, s); err != nil {
-			return nil, fmt.Errorf("decode snapshot at %d: %w", snap.Seq, err)
+			return nil, nil, fmt.Errorf("decode snapshot at %d: %w", snap.Seq, err)
 		}
 	case errors.Is(err, store.ErrNotFound):
 	default:
-		return nil, fmt.Errorf("load snapshot: %w", err)
+		return nil, nil, fmt.Errorf("load snapshot: %w", err)
 	}
-	for {
+	tail := &logTail{After: s.Seq}
+	for page := 0; ; page++ {
 		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: 10_000})
 		if err != nil {
-			return nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
+			return nil, nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
+		}
+		if page == 0 && len(recs) < 10_000 {
+			tail.Events = make([]core.Event, 0, len(recs))
 		}
 		for _, rec := range recs {
 			e, err := decodeEvent(rec)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			core.Apply(s, e)
+			if tail.Events != nil {
+				tail.Events = append(tail.Events, e)
+			}
 		}
 		if len(recs) < 10_000 {
 			break
 		}
 	}
 	if s.Session.ID == "" {
-		return nil, fmt.Errorf("session %s: %w", id, errNoSession)
+		return nil, nil, fmt.Errorf("session %s: %w", id, errNoSession)
 	}
-	return s, nil
+	tail.End = s.Seq
+	return s, tail, nil
 }
 
 // DecodeEvent decodes a stored record into a core event.
@@ -895,7 +927,7 @@ func (r *Runtime) reclaim(id string) (*actor, error) {
 	case !r.opts.Adopt(summaryOut(*row)):
 		return nil, fmt.Errorf("session %s: %w (this node does not serve it)", id, errMoved)
 	}
-	a, err := r.adopt(ctx, core.SessionID(id))
+	a, err := r.adopt(ctx, core.SessionID(id), nil)
 	switch {
 	case err == nil:
 		return a, nil
