@@ -38,6 +38,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	load := fs.String("load", "", "run the load table instead: busy sessions per cell, comma-separated (e.g. 1,10,100,1000)")
 	loadNotes := fs.Int("load-notifications", 20000, "notifications per load cell, spread over its sessions (at least 2 per worker per session)")
 	loadWorkers := fs.Int("load-workers", bench.LoadWorkers, "background subagents per session in the load table")
+	think := fs.Duration("load-think", 0, "how long the load table's model takes to answer a worker (a subagent's call); 0 at once, which keeps the node saturated")
 	cpuSlots := fs.Int("cpu-slots", 0, "the runtime's CPU slots in the load table (vigil.Options.CPUSlots): N steps at a time, the others served by priority (a background agent's call last); 0 no limit")
 	ceiling := fs.Duration("ceiling", time.Second, "how long each of the two disk ceiling measurements runs per load cell")
 	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
@@ -122,7 +123,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			return &exitError{code: 2, err: fmt.Errorf("--idle-inputs %d: want 0 or more", *idleInputs)}
 		}
 		lc := loadConfig{
-			dir: dir, sessions: counts, notes: *loadNotes, workers: *loadWorkers, ceiling: *ceiling, cpuSlots: *cpuSlots,
+			dir: dir, sessions: counts, notes: *loadNotes, workers: *loadWorkers, ceiling: *ceiling, cpuSlots: *cpuSlots, think: *think,
 			idle: *idle, idleInputs: *idleInputs, idleInput: *idleInput,
 		}
 		return benchLoad(ctx, e, names, opener, lc)
@@ -248,6 +249,7 @@ type loadConfig struct {
 	workers    int
 	ceiling    time.Duration
 	cpuSlots   int
+	think      time.Duration
 	idle       int
 	idleInputs int
 	idleInput  string
@@ -280,7 +282,11 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		}
 		opens[i] = open
 	}
-	fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
+	if lc.think > 0 && len(lc.sessions) > 0 {
+		fmt.Fprintf(e.stdout, "vigil bench: the model answers main at once and the workers after %s; figures are vigil's own cost\n", lc.think)
+	} else {
+		fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
+	}
 	if len(lc.sessions) > 0 {
 		workers := lc.workers
 		if workers <= 0 {
@@ -293,6 +299,11 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 			slots = "no limit"
 		}
 		fmt.Fprintf(e.stdout, "cpu slots: %s (--cpu-slots: steps that run at once; the others wait by priority, a background agent's call last);\n", slots)
+		if lc.think > 0 {
+			fmt.Fprintf(e.stdout, "think: the model answers a worker after %s (--load-think; main at once): the offered load is below the node's capacity, as with real models;\n", lc.think)
+		} else {
+			fmt.Fprintf(e.stdout, "think: none (--load-think): every answer comes at once, so the node is saturated and a wake waits behind the other sessions' steps;\n")
+		}
 		fmt.Fprintf(e.stdout, "wake = worker's final answer -> main's next model request carrying its notification; rows = rows the store inserted or updated;\n")
 		fmt.Fprintf(e.stdout, "ceiling = the same driver and settings, serial single-row commits for %s, then 1000-row transactions for %s, just before and just after\n", lc.ceiling, lc.ceiling)
 		fmt.Fprintf(e.stdout, "the cell: the mean of the two; ceil spread = larger/smaller reading, of commits/s and of rows/s;\n")
@@ -383,7 +394,7 @@ func loadCell(ctx context.Context, open func() (*benchStore, error), name string
 	if err := ceiling(); err != nil {
 		return "", err
 	}
-	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers, CPUSlots: lc.cpuSlots}, sessions)
+	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers, CPUSlots: lc.cpuSlots, Think: lc.think}, sessions)
 	if err != nil {
 		return "", fmt.Errorf("load %d sessions on %s: %w", sessions, name, err)
 	}

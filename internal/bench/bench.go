@@ -77,11 +77,18 @@ type Config struct {
 	// CPUSlots is the runtime's vigil.Options.CPUSlots: N steps at a
 	// time, the others served by priority; 0 no limit.
 	CPUSlots int
+	// Think is how long Load's model takes to answer a worker (a
+	// subagent's model call): zero answers at once, which keeps the node
+	// saturated; a think time sets the offered load below that, as real
+	// models do.
+	Think time.Duration
 }
 
 // fastModel answers every call at once through a function of the request.
 type fastModel struct {
 	answer func(req *provider.Request) chat.Response
+	// think, when set, is how long to wait before answering req.
+	think func(req *provider.Request) time.Duration
 }
 
 // Name implements provider.Provider.
@@ -90,6 +97,18 @@ func (m *fastModel) Name() string { return "bench" }
 // Stream implements provider.Provider.
 func (m *fastModel) Stream(ctx context.Context, req *provider.Request) iter.Seq2[provider.Event, error] {
 	return func(yield func(provider.Event, error) bool) {
+		if m.think != nil {
+			if d := m.think(req); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					yield(provider.Event{}, ctx.Err())
+					return
+				case <-t.C:
+				}
+			}
+		}
 		resp := m.answer(req)
 		yield(provider.Event{Type: provider.EventDone, Response: &resp}, nil)
 	}

@@ -130,7 +130,16 @@ func Load(ctx context.Context, cfg Config, sessions int) (LoadResult, error) {
 	}
 	per := LoadShare(cfg.N, sessions, workers)
 	m := newLoadModel(workers, per)
-	rt, err := open(ctx, cfg, &fastModel{answer: m.answer})
+	model := &fastModel{answer: m.answer}
+	if cfg.Think > 0 {
+		model.think = func(req *provider.Request) time.Duration {
+			if req.AgentName == "main" {
+				return 0
+			}
+			return cfg.Think
+		}
+	}
+	rt, err := open(ctx, cfg, model)
 	if err != nil {
 		return LoadResult{}, fmt.Errorf("load: open: %w", err)
 	}

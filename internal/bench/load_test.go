@@ -2,10 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/vigilrun/vigil/chat"
+	"github.com/vigilrun/vigil/provider"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 	"github.com/vigilrun/vigil/store/sqlite"
@@ -117,5 +121,29 @@ func TestIdleRuns(t *testing.T) {
 	}
 	if _, err := Idle(context.Background(), Config{Store: memstore.New(), DataDir: t.TempDir(), IdleInput: "nap"}, 1, 1); err == nil {
 		t.Fatal("an unknown input kind ran")
+	}
+}
+
+// With a think time the workers' model calls wait before answering, and
+// everything still arrives; a cancelled call ends at once with its reason.
+func TestLoadThinks(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Load(context.Background(), Config{Store: memstore.New(), DataDir: dir, N: 12, Workers: 2, Think: time.Millisecond}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Notifications != 12 || r.Wake.N != 12 {
+		t.Fatalf("%d delivered, %d wake samples; want 12, 12", r.Notifications, r.Wake.N)
+	}
+	m := &fastModel{
+		answer: func(*provider.Request) chat.Response { t.Fatal("a cancelled call answered"); return chat.Response{} },
+		think:  func(*provider.Request) time.Duration { return time.Hour },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, err := range m.Stream(ctx, &provider.Request{AgentName: "w1"}) {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled call yielded %v, want context.Canceled", err)
+		}
 	}
 }
