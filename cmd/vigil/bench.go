@@ -38,7 +38,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	load := fs.String("load", "", "run the load table instead: busy sessions per cell, comma-separated (e.g. 1,10,100,1000)")
 	loadNotes := fs.Int("load-notifications", 20000, "notifications per load cell, spread over its sessions (at least 2 per worker per session)")
 	loadWorkers := fs.Int("load-workers", bench.LoadWorkers, "background subagents per session in the load table")
-	think := fs.Duration("load-think", 0, "how long the load table's model takes to answer a worker (a subagent's call); 0 at once, which keeps the node saturated")
+	think := fs.Duration("load-think", 0, "how long, on average, the load table's model takes to answer a worker (a subagent's call), spread over half to one and a half times it; 0 at once, which keeps the node saturated")
 	cpuSlots := fs.Int("cpu-slots", 0, "the runtime's CPU slots in the load table (vigil.Options.CPUSlots): N steps at a time, the others served by priority (a background agent's call last); 0 no limit")
 	ceiling := fs.Duration("ceiling", time.Second, "how long each of the two disk ceiling measurements runs per load cell")
 	idle := fs.Int("idle", 0, "run the idle figures instead: this many idle sessions per store (e.g. 10000)")
@@ -300,7 +300,7 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		}
 		fmt.Fprintf(e.stdout, "cpu slots: %s (--cpu-slots: steps that run at once; the others wait by priority, a background agent's call last);\n", slots)
 		if lc.think > 0 {
-			fmt.Fprintf(e.stdout, "think: the model answers a worker after %s (--load-think; main at once): the offered load is below the node's capacity, as with real models;\n", lc.think)
+			fmt.Fprintf(e.stdout, "think: the model answers a worker after %s on average, spread over half to one and a half times it (--load-think; main at once): the offered load is below the node's capacity, as with real models;\n", lc.think)
 		} else {
 			fmt.Fprintf(e.stdout, "think: none (--load-think): every answer comes at once, so the node is saturated and a wake waits behind the other sessions' steps;\n")
 		}

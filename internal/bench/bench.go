@@ -77,10 +77,10 @@ type Config struct {
 	// CPUSlots is the runtime's vigil.Options.CPUSlots: N steps at a
 	// time, the others served by priority; 0 no limit.
 	CPUSlots int
-	// Think is how long Load's model takes to answer a worker (a
-	// subagent's model call): zero answers at once, which keeps the node
-	// saturated; a think time sets the offered load below that, as real
-	// models do.
+	// Think is how long Load's model takes, on average, to answer a
+	// worker (a subagent's model call), spread evenly over Think/2 to
+	// 3*Think/2: zero answers at once, which keeps the node saturated; a
+	// think time sets the offered load below that, as real models do.
 	Think time.Duration
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,7 +137,10 @@ func Load(ctx context.Context, cfg Config, sessions int) (LoadResult, error) {
 			if req.AgentName == "main" {
 				return 0
 			}
-			return cfg.Think
+			// Spread over [Think/2, 3*Think/2), as real models' times
+			// are: a fixed time would start every worker's calls in
+			// step and turn the load into bursts.
+			return cfg.Think/2 + rand.N(cfg.Think)
 		}
 	}
 	rt, err := open(ctx, cfg, model)
