@@ -1,5 +1,10 @@
 package store
 
+import (
+	"slices"
+	"time"
+)
+
 // Ceiling is what the disk under a store can do with the store's own
 // driver and settings, measured beside a workload so that the workload's
 // figures can be read as a fraction of it. Backends measure it with a
@@ -16,7 +21,23 @@ type Ceiling struct {
 	RowsPerSec float64
 	// RowBytes is the size of the data column of each row inserted.
 	RowBytes int
+	// CommitP50, CommitP99 and CommitMax are the latencies of the
+	// single-row commits, from BEGIN to the end of COMMIT: the least a
+	// durable step waits for, and how far the disk's own tail reaches.
+	CommitP50, CommitP99, CommitMax time.Duration
 	// Commits and Rows are how many single-row commits and batched rows
 	// the measurement made.
 	Commits, Rows int64
+}
+
+// SetCommitTimes sets CommitP50, CommitP99 and CommitMax from the
+// latencies of the single-row commits, which it sorts; a backend's
+// ceiling measurement calls it.
+func (c *Ceiling) SetCommitTimes(times []time.Duration) {
+	if len(times) == 0 {
+		return
+	}
+	slices.Sort(times)
+	at := func(q float64) time.Duration { return times[min(len(times)-1, int(q*float64(len(times))))] }
+	c.CommitP50, c.CommitP99, c.CommitMax = at(0.50), at(0.99), times[len(times)-1]
 }

@@ -81,18 +81,22 @@ func ceilingMeasure(ctx context.Context, conn *pgx.Conn, table string, budget ti
 	data := ceilingData()
 	seq := int64(0)
 	one := `INSERT INTO ` + table + ` (global, session, seq, at, type, data) VALUES ($1, $2, $3, $4, $5, $6)`
+	var times []time.Duration
 	start := time.Now()
 	for time.Since(start) < budget {
 		seq++
+		t0 := time.Now()
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, one, seq, "ceiling", seq, time.Now().UnixNano(), "CeilingRow", data)
 			return err
 		}); err != nil {
 			return c, fmt.Errorf("single-row commit: %w", err)
 		}
+		times = append(times, time.Since(t0))
 		c.Commits++
 	}
 	c.CommitsPerSec = float64(c.Commits) / time.Since(start).Seconds()
+	c.SetCommitTimes(times)
 
 	var values strings.Builder
 	for i := range ceilingStmtRows {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigilrun/vigil/internal/pgtest"
 	"github.com/vigilrun/vigil/store"
@@ -78,5 +79,19 @@ func TestMigrateTwice(t *testing.T) {
 	var n, distinct int
 	if err := s.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT version) FROM schema_version`).Scan(&n, &distinct); err != nil || n != len(names) || distinct != n {
 		t.Fatalf("schema_version: %d rows of %d versions, %v; want %d", n, distinct, err, len(names))
+	}
+}
+
+// The ceiling measures both figures and the single commits' latencies.
+func TestMeasureCeiling(t *testing.T) {
+	c, err := MeasureCeiling(context.Background(), testDB(t), nil, 30*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Commits == 0 || c.Rows == 0 || c.CommitsPerSec <= 0 || c.RowsPerSec <= 0 {
+		t.Fatalf("ceiling %+v", c)
+	}
+	if c.CommitP50 <= 0 || c.CommitP50 > c.CommitP99 || c.CommitP99 > c.CommitMax {
+		t.Fatalf("commit latencies p50 %s p99 %s max %s", c.CommitP50, c.CommitP99, c.CommitMax)
 	}
 }

@@ -114,18 +114,22 @@ func ceilingMeasure(ctx context.Context, conn *sql.Conn, budget time.Duration) (
 		return nil
 	}
 
+	var times []time.Duration
 	start := time.Now()
 	for time.Since(start) < budget {
 		seq++
+		t0 := time.Now()
 		if err := tx(func() error {
 			_, err := one.ExecContext(ctx, "ceiling", seq, time.Now().UnixNano(), "CeilingRow", data)
 			return err
 		}); err != nil {
 			return c, fmt.Errorf("single-row commit: %w", err)
 		}
+		times = append(times, time.Since(t0))
 		c.Commits++
 	}
 	c.CommitsPerSec = float64(c.Commits) / time.Since(start).Seconds()
+	c.SetCommitTimes(times)
 
 	q := `INSERT INTO ceiling (session, seq, at, type, data) VALUES ` +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", ceilingStmtRows), ", ")

@@ -2,11 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/storetest"
@@ -76,4 +78,23 @@ func TestFileModes(t *testing.T) {
 		}
 	}
 	_ = s.Close()
+}
+
+// The ceiling measures both figures and the single commits' latencies on
+// a scratch file it removes.
+func TestMeasureCeiling(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ceiling.db")
+	c, err := MeasureCeiling(context.Background(), path, nil, 30*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Commits == 0 || c.Rows == 0 || c.CommitsPerSec <= 0 || c.RowsPerSec <= 0 {
+		t.Fatalf("ceiling %+v", c)
+	}
+	if c.CommitP50 <= 0 || c.CommitP50 > c.CommitP99 || c.CommitP99 > c.CommitMax {
+		t.Fatalf("commit latencies p50 %s p99 %s max %s", c.CommitP50, c.CommitP99, c.CommitMax)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("scratch file left: %v", err)
+	}
 }
