@@ -125,7 +125,7 @@ func (r *Runtime) newActor(id core.SessionID, s *core.State, lease *store.Lease)
 		started: map[core.CallID]time.Time{}, ext: map[core.AgentID]*extProc{}, subs: newFanout(),
 		// Its first commit projects what the stored rows miss (a
 		// predecessor's last steps).
-		proj:  projector{stale: true},
+		proj:  projector{stale: true, lag: projLag(id)},
 		trace: r.tracer.session(id),
 	}
 }

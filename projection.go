@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -19,15 +20,28 @@ import (
 // step when it is due: the step creates or closes the session, leaves it
 // quiescent, changes what a person must act on (core.Attention: an
 // approval asked or answered, a run blocked; lists show it at once), or
-// comes projectionLag after the last rows were written; a timer writes
-// what is pending when no step comes. A session's row says
+// comes the session's lag (projLag) after the last rows were written; a
+// timer writes what is pending when no step comes. A session's row says
 // how far its projection goes (SessionRow.LastSeq); a successor, or the
 // same actor after a failed commit, projects the events after it again.
 const projectionLag = time.Second
 
+// projLag is a session's own lag, from half of projectionLag up to it,
+// spread by a hash of its ID. With one lag for all, sessions started
+// together wrote their rows together once a second: measured with 100
+// busy sessions, a store write of some 3,000 rows that held every wake
+// behind it for 5-15 ms.
+func projLag(id core.SessionID) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return projectionLag/2 + time.Duration(h.Sum64()%uint64(projectionLag/2))
+}
+
 // projector is an actor's pending projection. Only the actor's goroutine
 // uses it.
 type projector struct {
+	// lag is the session's projLag.
+	lag     time.Duration
 	pending store.Pending
 	last    time.Time // when rows were last written
 	timer   Timer
@@ -83,7 +97,7 @@ func (a *actor) projection(ctx context.Context, events []core.Event) *store.Proj
 	}
 	p.pending.Add(store.Project(a.state, events))
 	now := a.rt.clock.Now()
-	due = due || a.state.Quiescent() || now.Sub(p.last) >= projectionLag || !slices.Equal(core.Attention(a.state), p.needs)
+	due = due || a.state.Quiescent() || now.Sub(p.last) >= p.lag || !slices.Equal(core.Attention(a.state), p.needs)
 	for _, e := range events {
 		switch e.Body.(type) {
 		case *core.SessionCreated, *core.SessionClosed:
@@ -109,7 +123,7 @@ func (a *actor) projected(err error) {
 	if p.pending.Empty() || p.timer != nil {
 		return
 	}
-	wait := max(projectionLag-a.rt.clock.Now().Sub(p.last), 0)
+	wait := max(p.lag-a.rt.clock.Now().Sub(p.last), 0)
 	p.timer = a.rt.clock.AfterFunc(wait, func() {
 		a.submitControl(func() {
 			a.proj.timer = nil

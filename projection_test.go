@@ -140,7 +140,7 @@ func TestProjectionRecovered(t *testing.T) {
 
 // TestProjectionTimerWritesBusyRows: a busy session's rows that no due
 // step writes (a background command runs, nothing else happens) are
-// written by the timer, projectionLag after the last write.
+// written by the timer, the session's lag after the last write.
 func TestProjectionTimerWritesBusyRows(t *testing.T) {
 	sc, err := script.Parse([]byte(`
 name: busy
@@ -184,7 +184,7 @@ agents:
 	for armed := false; !armed; {
 		select {
 		case d := <-clock.armed:
-			armed = d == projectionLag
+			armed = d == projLag(core.SessionID(sess.ID))
 		case <-ctx.Done():
 			t.Fatal("no projection timer was armed")
 		}
@@ -194,7 +194,7 @@ agents:
 	if tasks, _ := st.TaskList(ctx, string(sess.ID)); len(tasks) != 0 {
 		t.Fatalf("task rows written before they were due: %+v", tasks)
 	}
-	clock.advance(projectionLag)
+	clock.advance(projLag(core.SessionID(sess.ID)))
 	for i := 0; ; i++ {
 		tasks, err := st.TaskList(ctx, string(sess.ID))
 		must(t, err)
@@ -281,4 +281,20 @@ func TestOpenProjectsFromWhatItRead(t *testing.T) {
 			projectionMatches(t, st.Store, s)
 		}
 	})
+}
+
+// Sessions' lags are spread over half of projectionLag up to it, so that
+// sessions started together do not write their rows together.
+func TestProjLagSpread(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for i := range 200 {
+		d := projLag(core.SessionID(fmt.Sprintf("s%03d", i)))
+		if d < projectionLag/2 || d >= projectionLag {
+			t.Fatalf("lag %s outside [%s, %s)", d, projectionLag/2, projectionLag)
+		}
+		seen[d.Truncate(50*time.Millisecond)] = true
+	}
+	if len(seen) < 8 { // ten 50 ms buckets
+		t.Fatalf("200 sessions' lags fall in %d of ten 50 ms buckets", len(seen))
+	}
 }
