@@ -451,7 +451,7 @@ func (a *actor) unreadable() error {
 		}
 		return fmt.Errorf("session %s: %w", a.id, why)
 	case a.stale != nil:
-		return fmt.Errorf("session %s: %w: its last step could not be stored, nor its stored state read back (%v); it resumes when the store answers", a.id, errStoreDown, a.stale)
+		return fmt.Errorf("session %s: %w: its last step could not be stored, nor its stored state read back (%v); reads resume when the store answers reads, steps when it accepts writes", a.id, errStoreDown, a.stale)
 	}
 	return nil
 }
@@ -661,7 +661,8 @@ func (a *actor) commitFailed(batch []request, err error) {
 	if s, lerr := a.load(); lerr == nil {
 		a.state, a.stale = s, nil
 	} else {
-		a.stale = err
+		a.stale = fmt.Errorf("store: %v; read back: %w", err, lerr)
+		a.rt.log.Warn("the stored state could not be read back either; reads fail until the retry", "session", a.id, "err", lerr)
 	}
 	for _, r := range batch {
 		switch {
@@ -771,6 +772,9 @@ func (a *actor) retry() {
 	}
 	s, err := a.load()
 	if err == nil {
+		// Reads see the stored state from now on, whether or not writes
+		// are accepted yet.
+		a.state, a.stale = s, nil
 		// Probe that writes are accepted again: the snapshot write is fenced
 		// like an append and harmless to repeat.
 		err = a.saveSnapshot(s)

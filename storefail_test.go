@@ -139,10 +139,19 @@ func TestReadsNeverShowUnstoredSteps(t *testing.T) {
 			t.Fatalf("read while the store is down: %v; want unavailable, saying the last step could not be stored", err)
 		}
 
-		// The store answers again: the session goes on from what it holds.
+		// Reads come back before writes: the retry reads the state back,
+		// and reads show it, while steps still wait.
 		st.readsDown.Store(false)
+		time.Sleep(3 * time.Second) // a retry or two, well inside the lease
+		if s, err := rt.State(ctx, id); err != nil {
+			t.Fatalf("read once the store answers reads but refuses writes: %v", err)
+		} else if s.Seq != stored() {
+			t.Fatalf("read once the store answers reads but refuses writes: seq %d, stored %d", s.Seq, stored())
+		}
+
+		// The store answers again: the session goes on from what it holds.
 		st.FailWrites(nil)
-		time.Sleep(time.Second) // the retry reloads the state
+		time.Sleep(5 * time.Second) // the next retry (its wait has grown to 3.2 s) reloads the state
 		if _, err := rt.Prompt(ctx, id, &PromptParams{Text: "kept too"}); err != nil {
 			t.Fatalf("prompt once the store answers: %v", err)
 		}
