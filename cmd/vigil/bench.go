@@ -119,6 +119,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		if *think < 0 {
+			return &exitError{code: 2, err: fmt.Errorf("--load-think %s: want 0 or more", *think)}
+		}
 		if *idle > 0 && *idleInputs < 0 {
 			return &exitError{code: 2, err: fmt.Errorf("--idle-inputs %d: want 0 or more", *idleInputs)}
 		}
@@ -283,7 +286,7 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		opens[i] = open
 	}
 	if lc.think > 0 && len(lc.sessions) > 0 {
-		fmt.Fprintf(e.stdout, "vigil bench: the model answers main at once and the workers after %s; figures are vigil's own cost\n", lc.think)
+		fmt.Fprintf(e.stdout, "vigil bench: the model answers main at once and the workers after %s on average; wakes are vigil's own cost, notif/s is bounded by the think time\n", lc.think)
 	} else {
 		fmt.Fprintf(e.stdout, "vigil bench: model answers at once; figures are vigil's own cost\n")
 	}

@@ -43,4 +43,7 @@ func TestBenchLoadAndIdle(t *testing.T) {
 	if code := runMain(context.Background(), e, []string{"bench", "--load", "1,x"}); code != 2 {
 		t.Errorf("--load 1,x: exit %d, want 2", code)
 	}
+	if code := runMain(context.Background(), e, []string{"bench", "--load", "1", "--load-think", "-1s"}); code != 2 {
+		t.Errorf("--load-think -1s: exit %d, want 2", code)
+	}
 }

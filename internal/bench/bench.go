@@ -84,7 +84,8 @@ type Config struct {
 	Think time.Duration
 }
 
-// fastModel answers every call at once through a function of the request.
+// fastModel answers every call through a function of the request: at
+// once, or after think's time for the request.
 type fastModel struct {
 	answer func(req *provider.Request) chat.Response
 	// think, when set, is how long to wait before answering req.

@@ -112,7 +112,8 @@ func LoadShare(total, sessions, workers int) int {
 // Load runs sessions busy sessions on one runtime. Each session's main
 // agent starts Config.Workers background subagents (LoadWorkers when
 // zero) and answers every notification it reads with a SendMessage to that
-// worker, which answers at once and so notifies again, until the session
+// worker, which answers at once (after Config.Think when set) and so
+// notifies again, until the session
 // has produced its share of cfg.N notifications (LoadShare). The fake model
 // does O(1) work per request: it reads only the request's last message and
 // keeps per-session counters.
