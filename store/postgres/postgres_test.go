@@ -88,10 +88,5 @@ func TestMeasureCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Commits == 0 || c.Rows == 0 || c.CommitsPerSec <= 0 || c.RowsPerSec <= 0 {
-		t.Fatalf("ceiling %+v", c)
-	}
-	if c.CommitP50 <= 0 || c.CommitP50 > c.CommitP99 || c.CommitP99 > c.CommitMax {
-		t.Fatalf("commit latencies p50 %s p99 %s max %s", c.CommitP50, c.CommitP99, c.CommitMax)
-	}
+	storetest.CheckCeiling(t, c)
 }
