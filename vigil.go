@@ -333,7 +333,16 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 					return
 				}
 				id := core.SessionID(todo[i].ID)
-				_, err := r.adopt(ctx, id, todo[i])
+				row := todo[i]
+				if r.cl != nil {
+					// A live owner may write the session's rows after the
+					// listing, until its lease ends: this takeover reads
+					// them after its own lease is taken, or it would project
+					// those events again (and report their notifications
+					// written twice).
+					row = nil
+				}
+				_, err := r.adopt(ctx, id, row)
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
 				case errors.Is(err, errRuntimeDone), r.closing():
@@ -443,8 +452,10 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 	}
 	a := r.newActor(id, s, lease)
 	// The recovery's commit projects what the session's row misses: from
-	// the row listed (when this takeover comes from a listing; an older
-	// row only projects more) and the events just read.
+	// the row listed (when this takeover comes from a single node's
+	// listing at Open: only a predecessor whose lease was still running
+	// could have written since, and then some notes are projected again
+	// and reported written twice) and the events just read.
 	a.proj.seed = &projSeed{row: row, tail: tail}
 	a.killStale()
 	a.trace.resume(s) // before the recovery step changes s
