@@ -97,10 +97,17 @@ type cluster struct {
 	// adoptNow asks the adoption loop for a pass now, renewNow the
 	// renewal loop (buffered, 1).
 	adoptNow, renewNow chan struct{}
-	// lastBeat is when a heartbeat last succeeded; failing is when they
-	// began failing (zero while they succeed) and warned when that was
-	// last logged.
+	// lastBeat is the time written by the last heartbeat that succeeded
+	// (the others judge this node by it); failing is when they began
+	// failing (zero while they succeed) and warned when that was last
+	// logged.
 	lastBeat, failing, warned time.Time
+	// observed is when this node last read the nodes table. A node is
+	// judged by what this node saw of it up to then: its beat stood still
+	// between two reads DeadAfter apart. Never by the time alone: a node
+	// that was paused itself (or whose reads failed) has not watched the
+	// others meanwhile, and would take them all for dead.
+	observed time.Time
 	// renewedAt is when a renewal round began that the store answered.
 	renewedAt time.Time
 	// saves counts the task outputs being saved (saveOutput).
@@ -151,7 +158,7 @@ func (r *Runtime) beat() {
 	c := r.cl
 	ctx, cancel := context.WithTimeout(r.ctx, c.opts.Heartbeat*2)
 	defer cancel()
-	err := r.beatOnce(ctx)
+	beat, err := r.beatOnce(ctx)
 	if r.ctx.Err() != nil {
 		return
 	}
@@ -170,28 +177,32 @@ func (r *Runtime) beat() {
 			r.log.Info("cluster heartbeat recovered", "failed_for", now.Sub(c.failing))
 			c.failing = time.Time{}
 		}
-		if !c.lastBeat.IsZero() && now.Sub(c.lastBeat) >= c.opts.DeadAfter {
+		if !c.lastBeat.IsZero() && beat.Sub(c.lastBeat) >= c.opts.DeadAfter {
 			// The others may have taken this node for dead (a pause, a
 			// partition) and its sessions over: learn which at once
 			// rather than at the next renewal.
 			c.pokeRenew()
 		}
-		c.lastBeat = now
+		// The time the beat wrote, not when it returned: the others may
+		// have seen it stand still from then on.
+		c.lastBeat = beat
 	}
 }
 
-func (r *Runtime) beatOnce(ctx context.Context) error {
+// beatOnce records this node's heartbeat and reads the others'; it
+// returns the beat's time.
+func (r *Runtime) beatOnce(ctx context.Context) (time.Time, error) {
 	c := r.cl
 	c.mu.Lock()
 	draining := c.draining
 	c.mu.Unlock()
 	n := &store.Node{ID: r.opts.Node, Address: c.opts.Advertise, Started: c.started, Beat: r.clock.Now(), Draining: draining, Sessions: r.running()}
 	if err := r.st.NodeBeat(ctx, n); err != nil {
-		return fmt.Errorf("record heartbeat: %w", err)
+		return n.Beat, fmt.Errorf("record heartbeat: %w", err)
 	}
 	rows, err := r.st.NodeList(ctx)
 	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
+		return n.Beat, fmt.Errorf("list nodes: %w", err)
 	}
 	now := r.clock.Now()
 	if c.observe(r.opts.Node, rows, now) {
@@ -200,10 +211,10 @@ func (r *Runtime) beatOnce(ctx context.Context) error {
 	for _, id := range c.longDead(now) {
 		// A node that crashed long ago leaves no row behind for good.
 		if err := r.st.NodeLeave(ctx, id); err != nil {
-			return fmt.Errorf("remove the row of node %s, dead since long: %w", id, err)
+			return n.Beat, fmt.Errorf("remove the row of node %s, dead since long: %w", id, err)
 		}
 	}
-	return nil
+	return n.Beat, nil
 }
 
 // pruneAfter is how long a node is dead before its row is removed.
@@ -215,7 +226,7 @@ func (c *cluster) longDead(now time.Time) []string {
 	defer c.mu.Unlock()
 	var out []string
 	for id, n := range c.nodes {
-		if now.Sub(n.changed) >= c.opts.DeadAfter+pruneAfter {
+		if c.observed.Sub(n.changed) >= c.opts.DeadAfter+pruneAfter {
 			out = append(out, id)
 		}
 	}
@@ -227,6 +238,14 @@ func (c *cluster) longDead(now time.Time) []string {
 func (c *cluster) observe(self string, rows []store.Node, now time.Time) (changed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if now.Before(c.observed) {
+		return false // an older read, done late: the last look stands
+	}
+	wasAlive := map[string]bool{}
+	for id := range c.nodes {
+		wasAlive[id] = c.aliveLocked(self, id)
+	}
+	c.observed = now
 	seen := make(map[string]bool, len(rows))
 	for _, row := range rows {
 		seen[row.ID] = true
@@ -235,7 +254,6 @@ func (c *cluster) observe(self string, rows []store.Node, now time.Time) (change
 			c.nodes[row.ID] = &seenNode{row: row, changed: now}
 			continue
 		}
-		wasAlive := c.aliveLocked(self, row.ID, now)
 		if !old.row.Beat.Equal(row.Beat) {
 			old.changed = now
 			delete(c.placed, row.ID)
@@ -244,7 +262,7 @@ func (c *cluster) observe(self string, rows []store.Node, now time.Time) (change
 			changed = true
 		}
 		old.row = row
-		if wasAlive && !c.aliveLocked(self, row.ID, now) {
+		if wasAlive[row.ID] && !c.aliveLocked(self, row.ID) {
 			changed = true
 		}
 	}
@@ -290,36 +308,39 @@ func (c *cluster) pokeAdopt() {
 	}
 }
 
-// alive reports whether node id is this node, or one whose beat moved
-// within DeadAfter. A node never seen is not alive.
-func (c *cluster) alive(self, id string, now time.Time) bool {
+// alive reports whether node id is this node, or one whose beat this node
+// saw move within DeadAfter of its last read of the nodes table. A node
+// never seen is not alive.
+func (c *cluster) alive(self, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.aliveLocked(self, id, now)
+	return c.aliveLocked(self, id)
 }
 
-func (c *cluster) aliveLocked(self, id string, now time.Time) bool {
+func (c *cluster) aliveLocked(self, id string) bool {
 	if id == self {
 		return true
 	}
 	n := c.nodes[id]
-	return n != nil && now.Sub(n.changed) < c.opts.DeadAfter
+	return n != nil && c.observed.Sub(n.changed) < c.opts.DeadAfter
 }
 
-// dead reports whether node id is a member whose beat stood still for
-// DeadAfter. A node not in the table is not judged (its leases expire).
-func (c *cluster) dead(self, id string, now time.Time) bool {
+// dead reports whether node id is a member whose beat this node saw stand
+// still for DeadAfter: between two of its reads of the nodes table, never
+// because time passed while it did not look (its own pause). A node not
+// in the table is not judged (its leases expire).
+func (c *cluster) dead(self, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[id]
-	return id != self && n != nil && now.Sub(n.changed) >= c.opts.DeadAfter
+	return id != self && n != nil && c.observed.Sub(n.changed) >= c.opts.DeadAfter
 }
 
 // address is a live member's advertised address, or "".
-func (c *cluster) address(self, id string, now time.Time) string {
+func (c *cluster) address(self, id string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.nodes[id]; n != nil && id != self && c.aliveLocked(self, id, now) {
+	if n := c.nodes[id]; n != nil && id != self && c.aliveLocked(self, id) {
 		return n.row.Address
 	}
 	return ""
@@ -327,7 +348,7 @@ func (c *cluster) address(self, id string, now time.Time) string {
 
 // liveNodes lists the live members that take sessions, this node
 // included (unless it drains), by ID.
-func (c *cluster) liveNodes(self string, now time.Time) []store.Node {
+func (c *cluster) liveNodes(self string) []store.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []store.Node
@@ -335,7 +356,7 @@ func (c *cluster) liveNodes(self string, now time.Time) []store.Node {
 		if id == self && c.draining {
 			continue
 		}
-		if c.aliveLocked(self, id, now) && !n.row.Draining && (id == self || n.row.Address != "") {
+		if c.aliveLocked(self, id) && !n.row.Draining && (id == self || n.row.Address != "") {
 			out = append(out, n.row)
 		}
 	}
@@ -399,7 +420,7 @@ func (r *Runtime) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	for _, row := range rows {
 		out = append(out, NodeInfo{
 			ID: row.ID, Address: row.Address, Started: row.Started, Beat: row.Beat,
-			Alive: r.cl.alive(r.opts.Node, row.ID, now), Draining: row.Draining, Self: row.ID == r.opts.Node, Sessions: row.Sessions,
+			Alive: r.cl.alive(r.opts.Node, row.ID), Draining: row.Draining, Self: row.ID == r.opts.Node, Sessions: row.Sessions,
 		})
 	}
 	return out, nil
@@ -417,13 +438,13 @@ func (r *Runtime) claimable(id core.SessionID, l store.Lease, now time.Time) boo
 	if l.Owner == r.opts.Node {
 		return true // this node's own lease that lapsed: retaken as before
 	}
-	if !l.Released && now.Before(l.Expires) && !c.dead(r.opts.Node, l.Owner, now) && !nodeGone(l.Owner) {
+	if !l.Released && now.Before(l.Expires) && !c.dead(r.opts.Node, l.Owner) && !nodeGone(l.Owner) {
 		c.mu.Lock()
 		delete(c.orphans, id)
 		c.mu.Unlock()
 		return false
 	}
-	live := c.liveNodes(r.opts.Node, now)
+	live := c.liveNodes(r.opts.Node)
 	if len(live) <= 1 {
 		return true
 	}
@@ -494,7 +515,7 @@ func (r *Runtime) drain() {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := r.beatOnce(ctx); err != nil {
+	if _, err := r.beatOnce(ctx); err != nil {
 		r.log.Debug("could not record that this node drains", "err", err)
 	}
 }
@@ -531,7 +552,7 @@ func (r *Runtime) leave() {
 // is old). It returns that node's ID and address, "" for here.
 func (r *Runtime) placeFor(now time.Time) (id, addr string) {
 	c := r.cl
-	live := c.liveNodes(r.opts.Node, now)
+	live := c.liveNodes(r.opts.Node)
 	mine := r.running()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -573,7 +594,7 @@ func (r *Runtime) joinCluster(ctx context.Context, o ClusterOptions) error {
 		return fmt.Errorf("vigil: find the end of the event log: %w", err)
 	}
 	r.cl.feed.last = last
-	if err := r.beatOnce(ctx); err != nil {
+	if _, err := r.beatOnce(ctx); err != nil {
 		return fmt.Errorf("vigil: join the cluster: %w", err)
 	}
 	return nil

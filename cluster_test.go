@@ -1,7 +1,9 @@
 package vigil
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -477,5 +479,98 @@ func TestClusterIdleReads(t *testing.T) {
 	}
 	if n := counted.lists.Load() - before; n > 1 {
 		t.Errorf("%d idle adoption passes read the sessions list %d times, want at most once", passes, n)
+	}
+}
+
+// TestPeerCallDoubtsALapsedLease: a call forwarded to the node that runs
+// a session is not answered from its copy once its lease ran out by that
+// node's clock (a node that wakes from a pause, the calls sent to it
+// waiting in its socket): the caller hears that the session moved and
+// looks again. Once a renewal shows the lease still held, calls are
+// answered again.
+func TestPeerCallDoubtsALapsedLease(t *testing.T) {
+	st := memstore.New()
+	a := startNode(t, st, "node-a")
+	ctx := context.Background()
+	sess, err := a.rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	must(t, a.rt.Hold(ctx, sess.ID, &HoldParams{By: "test"}))
+	call := func(method string) *peerReply {
+		t.Helper()
+		body, err := json.Marshal(peerCall{Method: method, Session: sess.ID, Params: json.RawMessage(`"test"`)})
+		must(t, err)
+		req, err := http.NewRequest(http.MethodPost, a.srv.URL+PeerPath, bytes.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+clusterToken)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		var reply peerReply
+		must(t, json.NewDecoder(resp.Body).Decode(&reply))
+		return &reply
+	}
+	// The lease ran out by this node's clock, as after a pause; the
+	// store's copy of it has not been looked at yet.
+	a.rt.mu.Lock()
+	act := a.rt.actors[core.SessionID(sess.ID)]
+	a.rt.mu.Unlock()
+	act.mu.Lock()
+	act.expires = a.rt.clock.Now().Add(-time.Second)
+	act.mu.Unlock()
+	if reply := call(callResume); reply.Error == nil || reply.Error.Code != CodeMoved {
+		t.Fatalf("resume forwarded to a node whose lease ran out by its clock: %+v, want an error %q", reply, CodeMoved)
+	}
+	st1, err := a.rt.SessionStatus(ctx, sess.ID)
+	must(t, err)
+	if st1.Hold == nil {
+		t.Fatalf("the resume refused was applied: %+v", st1)
+	}
+	// The renewal it asked for finds the lease still this node's.
+	eventually(t, "calls answered once the renewal shows the lease held", func() bool {
+		return call(callResume).Error == nil
+	})
+}
+
+// TestDeadOnlyBySeenStandstill: a node is taken for dead when this node
+// saw its beat stand still between two reads of the nodes table, never
+// because time passed while this node did not look: a node that wakes
+// from a pause of its own took every other for dead, stole the live
+// owners' leases, and the old owners answered from their copies until
+// their renewals failed (a resume applied to a copy without the hold was
+// lost, and the session stayed held: TestCluster in CI).
+func TestDeadOnlyBySeenStandstill(t *testing.T) {
+	c := newCluster(&Runtime{}, ClusterOptions{DeadAfter: 5 * time.Second})
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	rows := func(beat time.Time) []store.Node {
+		return []store.Node{{ID: "self", Address: "http://self", Beat: t0}, {ID: "other", Address: "http://other", Beat: beat}}
+	}
+	c.observe("self", rows(t0), t0)
+	c.observe("self", rows(t0.Add(time.Second)), t0.Add(time.Second))
+	// Twenty seconds pass unseen (this node was paused): nothing is judged.
+	if c.dead("self", "other") || !c.alive("self", "other") || c.address("self", "other") == "" {
+		t.Fatalf("a node this node has not looked at since it saw it beat is taken for dead")
+	}
+	// The first read after the pause: its beat moved meanwhile.
+	if c.observe("self", rows(t0.Add(20*time.Second)), t0.Add(21*time.Second)) {
+		t.Errorf("a node whose beat moved is reported as a change (dead or left)")
+	}
+	if c.dead("self", "other") {
+		t.Errorf("a node whose beat moved between two reads is taken for dead")
+	}
+	// Its beat stands still between reads DeadAfter apart: dead.
+	c.observe("self", rows(t0.Add(20*time.Second)), t0.Add(24*time.Second))
+	if c.dead("self", "other") {
+		t.Errorf("taken for dead after a standstill of 3 s (DeadAfter 5 s)")
+	}
+	if !c.observe("self", rows(t0.Add(20*time.Second)), t0.Add(26*time.Second)) {
+		t.Errorf("a node's death is not reported as a change")
+	}
+	if !c.dead("self", "other") || c.alive("self", "other") {
+		t.Errorf("not taken for dead after its beat stood still for 5 s between reads")
+	}
+	// A read older than the last one does not undo it.
+	c.observe("self", rows(t0.Add(20*time.Second)), t0.Add(22*time.Second))
+	if !c.dead("self", "other") {
+		t.Errorf("a late, older read brought a dead node back")
 	}
 }

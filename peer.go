@@ -236,15 +236,10 @@ func (r *Runtime) locate(ctx context.Context, session SessionID) (owner, addr st
 		return "", "", nil
 	}
 	if a != nil {
-		exp, losing := a.leaseExpires()
-		if losing || !now.Before(exp) || r.cl.unsure(now) {
-			r.cl.pokeRenew()
-			return "", "", fmt.Errorf("session %s: %w", session, errUnsure)
-		}
-		return "", "", nil
+		return "", "", r.doubted(a, now)
 	}
 	if owner, ok := r.cl.cachedOwner(session); ok {
-		if addr := r.cl.address(r.opts.Node, owner, now); addr != "" {
+		if addr := r.cl.address(r.opts.Node, owner); addr != "" {
 			return owner, addr, nil
 		}
 	}
@@ -253,11 +248,25 @@ func (r *Runtime) locate(ctx context.Context, session SessionID) (owner, addr st
 	if err == nil || !errors.As(err, &held) {
 		return "", "", nil
 	}
-	if addr := r.cl.address(r.opts.Node, held.Owner, now); addr != "" {
+	if addr := r.cl.address(r.opts.Node, held.Owner); addr != "" {
 		r.cl.remember(session, held.Owner)
 		return held.Owner, addr, nil
 	}
 	return "", "", fmt.Errorf("session %s: held by %s until %s: %w", session, held.Owner, held.Expires.UTC().Format(time.RFC3339), errNotMember)
+}
+
+// doubted says why this node must not answer for the session of a, which
+// it runs, or nil: its lease ran out by this node's clock, or is being
+// lost, or this node's heartbeats failed for DeadAfter (a pause, a
+// partition: the others may have taken its sessions over). The renewal is
+// asked for at once; its outcome settles the doubt.
+func (r *Runtime) doubted(a *actor, now time.Time) error {
+	exp, losing := a.leaseExpires()
+	if losing || !now.Before(exp) || r.cl.unsure(now) {
+		r.cl.pokeRenew()
+		return fmt.Errorf("session %s: %w", a.id, errUnsure)
+	}
+	return nil
 }
 
 // watched runs a forwarded call, cut short when its node is taken for
@@ -282,7 +291,7 @@ func watched[R any](ctx context.Context, r *Runtime, owner string, call func(con
 				return
 			case <-t.C:
 			}
-			if !r.cl.alive(r.opts.Node, owner, r.clock.Now()) {
+			if !r.cl.alive(r.opts.Node, owner) {
 				dead.Store(true)
 				cancel()
 				return
@@ -397,7 +406,22 @@ func (r *Runtime) PeerHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("no call %q", c.Method), http.StatusBadRequest)
 			return
 		}
-		res, err := m(req.Context(), c.Session, c.Params)
+		// A call that waited out a pause of this node (in its socket, or
+		// sent as it woke) is not answered from a copy whose lease may have
+		// passed to another node: as in locate, the caller looks again.
+		var res any
+		var err error
+		r.mu.Lock()
+		a := r.actors[core.SessionID(c.Session)]
+		r.mu.Unlock()
+		if a != nil && r.cl != nil {
+			if derr := r.doubted(a, r.clock.Now()); derr != nil {
+				err = &Error{Code: CodeMoved, Err: derr, Message: derr.Error()}
+			}
+		}
+		if err == nil {
+			res, err = m(req.Context(), c.Session, c.Params)
+		}
 		var reply peerReply
 		if err != nil {
 			var e *Error

@@ -437,7 +437,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
 	lease, err := r.st.LeaseAcquire(ctx, p)
 	var held *store.LeaseHeldError
-	if errors.As(err, &held) && (nodeGone(held.Owner) || (r.cl != nil && r.cl.dead(r.opts.Node, held.Owner, r.clock.Now()))) {
+	if errors.As(err, &held) && (nodeGone(held.Owner) || (r.cl != nil && r.cl.dead(r.opts.Node, held.Owner))) {
 		p.Steal = held.Owner
 		lease, err = r.st.LeaseAcquire(ctx, p)
 	}
