@@ -840,6 +840,65 @@ func (c *cluster) checkStoreNotes(ctx context.Context, st store.Store) {
 	c.logf("database: %d sessions, %d notifications, %d shell tasks; %d problems (lost, duplicated, or a task left running)", len(rows), notes, shells, problems)
 }
 
+// diagnose reports a session for a failure: who held its lease when (as
+// the lease watch saw it), and its last n events as the database holds
+// them.
+func (c *cluster) diagnose(session string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s: lease holders:", session)
+	c.leases.mu.Lock()
+	for _, h := range c.leases.history[session] {
+		name := "none"
+		if h.node >= 0 {
+			name = c.nodes[h.node].name
+		}
+		fmt.Fprintf(&b, " %s (epoch %d) %s;", name, h.epoch, c.when(h.at))
+	}
+	c.leases.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := postgres.Open(ctx, c.dsn, nil)
+	if err != nil {
+		fmt.Fprintf(&b, " (the database: %v)", err)
+		return b.String()
+	}
+	defer st.Close()
+	last, err := st.LastSeq(ctx, session)
+	if err != nil {
+		fmt.Fprintf(&b, " (its log: %v)", err)
+		return b.String()
+	}
+	recs, err := st.EventList(ctx, &store.EventListParams{Session: session, AfterSeq: max(0, last-int64(n)), Limit: n})
+	if err != nil {
+		fmt.Fprintf(&b, " (its log: %v)", err)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "\n  its last %d events in the database (of %d):", len(recs), last)
+	for _, r := range recs {
+		fmt.Fprintf(&b, "\n    %d %s %s %.300s", r.Seq, r.At.Format("15:04:05.000"), r.Type, r.Data)
+	}
+	// What the nodes logged of it, every start of each.
+	for _, n := range c.nodes {
+		logs, _ := filepath.Glob(filepath.Join(n.logs, n.name+".*.log"))
+		for _, path := range logs {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			var lines []string
+			for line := range strings.SplitSeq(string(data), "\n") {
+				if strings.Contains(line, session) {
+					lines = append(lines, line)
+				}
+			}
+			if len(lines) > 0 {
+				fmt.Fprintf(&b, "\n  %s logged of it:\n    %s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-20):], "\n    "))
+			}
+		}
+	}
+	return b.String()
+}
+
 // checkProcesses waits (30 s at most) until no process of the commands
 // is alive: every task has ended, so none may outlive it.
 func (c *cluster) checkProcesses() {
@@ -851,9 +910,28 @@ func (c *cluster) checkProcesses() {
 	}
 	if len(pids) > 0 {
 		var lines []string
+		sessions := map[string]bool{}
 		for _, p := range pids {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-			lines = append(lines, fmt.Sprintf("%d: %s", p, strings.ReplaceAll(string(b), "\x00", " ")))
+			line := fmt.Sprintf("%d: %s", p, strings.ReplaceAll(string(b), "\x00", " "))
+			// Who started it, and in which group: the session and the
+			// task are in the group's path (<root>/<session>/task-<id>).
+			if ps, err := shell.ReadProcStat(p); err == nil {
+				parent, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ps.PPID))
+				line += fmt.Sprintf("\n    parent %d: %.120s", ps.PPID, strings.ReplaceAll(string(parent), "\x00", " "))
+			}
+			if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p)); err == nil {
+				path := strings.TrimSpace(string(cg))
+				line += "\n    cgroup " + path
+				parts := strings.Split(path, "/")
+				if len(parts) >= 2 && strings.HasPrefix(parts[len(parts)-1], "task-") {
+					sessions[parts[len(parts)-2]] = true
+				}
+			}
+			lines = append(lines, line)
+		}
+		for id := range sessions {
+			lines = append(lines, c.diagnose(id, 60))
 		}
 		c.t.Errorf("%d processes of the commands outlived their tasks (30 s after the last session closed):\n  %s", len(pids), strings.Join(lines, "\n  "))
 	}
@@ -1015,9 +1093,9 @@ func (s *clusterSession) run(ctx context.Context, firstRound chan<- struct{}) {
 			if ctx.Err() == nil {
 				tail := ""
 				if s.stream != nil {
-					tail = "; its last events:" + s.stream.tail(25)
+					tail = "; its last events as its stream delivered them:" + s.stream.tail(25)
 				}
-				c.t.Errorf("session %d (%s) round %d, %s: %v%s", s.n, s.id, k, c.when(time.Now()), err, tail)
+				c.t.Errorf("session %d (%s) round %d, %s: %v%s\n%s", s.n, s.id, k, c.when(time.Now()), err, tail, c.diagnose(s.id, 40))
 			}
 			return
 		}
