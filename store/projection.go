@@ -15,7 +15,14 @@ type Projection struct {
 	Agents  []AgentRow
 	Runs    []RunRow
 	Tasks   []TaskRow
-	Items   []ItemRow
+	// Items are items that wait in an inbox: upserted. The items table
+	// holds the inboxes, not their history (the log has that): an item is
+	// deleted when a run takes it or it is removed, and one taken before
+	// its row was written is never written.
+	Items []ItemRow
+	// ItemsGone are the items, by ID, that left their inbox (taken by a
+	// run, or removed) and may have a row: deleted.
+	ItemsGone []string
 	// Notes are inserted when New (a repeated insert of the same key is a
 	// no-op, reported in AppendResult.DuplicateNotes) and updated otherwise.
 	Notes []NoteRow
@@ -84,7 +91,7 @@ type TaskRow struct {
 	Exit    *int      `json:"exit_code,omitempty"`
 }
 
-// ItemRow is one inbox item and where it went.
+// ItemRow is an item waiting in an agent's inbox.
 type ItemRow struct {
 	Session  string    `json:"session"`
 	ID       string    `json:"id"`
@@ -92,12 +99,7 @@ type ItemRow struct {
 	Kind     string    `json:"kind"`
 	Priority string    `json:"priority"`
 	From     string    `json:"from,omitempty"`
-	Status   string    `json:"status"` // queued, taken, removed
-	Run      int       `json:"run,omitempty"`
 	Enqueued time.Time `json:"enqueued"`
-	// StatusOnly marks a row for an item enqueued in an earlier step: only
-	// Status and Run are set, and only they are updated.
-	StatusOnly bool `json:"-"`
 }
 
 // NoteRow is one notification, unique by (Session, Task, Run).
@@ -148,7 +150,9 @@ func Project(s *core.State, events []core.Event) *Projection {
 			tasks[a.Task] = true
 		}
 	}
-	items := map[core.ItemID]itemChange{}
+	// items are the items the events enqueued (true) or that left an
+	// inbox (false).
+	items := map[core.ItemID]bool{}
 	notes := map[core.NoteKey]bool{}
 	var newNotes []core.NoteKey
 	var updNotes []core.NoteKey
@@ -167,20 +171,20 @@ func Project(s *core.State, events []core.Event) *Projection {
 			tasks[b.Task] = true
 		case *core.ItemEnqueued:
 			touchAgent(b.Item.Agent)
-			items[b.Item.ID] = itemChange{agent: b.Item.Agent, status: "queued"}
+			items[b.Item.ID] = true
 		case *core.ItemRemoved:
 			touchAgent(b.Agent)
-			items[b.Item] = itemChange{agent: b.Agent, status: "removed"}
+			gone(items, b.Item)
 		case *core.RunStarted:
 			touchAgent(b.Agent)
 			touchRun(b.Agent, b.Seq)
 			for _, id := range b.Items {
-				items[id] = itemChange{agent: b.Agent, status: "taken", run: b.Seq}
+				gone(items, id)
 			}
 		case *core.ItemsJoined:
 			touchAgent(b.Agent)
 			for _, id := range b.Items {
-				items[id] = itemChange{agent: b.Agent, status: "taken", run: b.Seq}
+				gone(items, id)
 			}
 		case *core.ModelCallEnded:
 			touchAgent(b.Agent)
@@ -234,23 +238,18 @@ func Project(s *core.State, events []core.Event) *Projection {
 		}
 	}
 	for _, e := range events {
-		var id core.ItemID
-		switch b := e.Body.(type) {
-		case *core.ItemEnqueued:
-			id = b.Item.ID
-			ch := items[id]
+		// In enqueue order: the items the events enqueued that still wait.
+		if b, ok := e.Body.(*core.ItemEnqueued); ok && items[b.Item.ID] {
 			it := b.Item
 			p.Items = append(p.Items, ItemRow{
-				Session: string(s.Session.ID), ID: string(id), Agent: string(it.Agent), Kind: string(it.Kind),
-				Priority: string(it.Priority), From: it.From, Status: ch.status, Run: ch.run, Enqueued: e.At,
+				Session: string(s.Session.ID), ID: string(it.ID), Agent: string(it.Agent), Kind: string(it.Kind),
+				Priority: string(it.Priority), From: it.From, Enqueued: e.At,
 			})
-			delete(items, id)
+			delete(items, it.ID)
 		}
 	}
 	for _, id := range sortedItems(items) {
-		ch := items[id]
-		// Items enqueued in an earlier step: only their status changes.
-		p.Items = append(p.Items, ItemRow{Session: string(s.Session.ID), ID: string(id), Agent: string(ch.agent), Status: ch.status, Run: ch.run, StatusOnly: true})
+		p.ItemsGone = append(p.ItemsGone, string(id)) // enqueued before these events
 	}
 	for _, k := range newNotes {
 		p.Notes = append(p.Notes, noteRow(s, k, true))
@@ -266,10 +265,14 @@ func Project(s *core.State, events []core.Event) *Projection {
 	return p
 }
 
-type itemChange struct {
-	agent  core.AgentID
-	status string
-	run    int
+// gone records that item id left its inbox: an item the same events
+// enqueued is never written; one enqueued before may have a row.
+func gone(items map[core.ItemID]bool, id core.ItemID) {
+	if enqueued, ok := items[id]; ok && enqueued {
+		delete(items, id)
+		return
+	}
+	items[id] = false
 }
 
 // deliveredNotes returns the notifications an event delivered to a run.
@@ -354,7 +357,7 @@ func noteRow(s *core.State, k core.NoteKey, isNew bool) NoteRow {
 	}
 }
 
-func sortedItems(m map[core.ItemID]itemChange) []core.ItemID {
+func sortedItems(m map[core.ItemID]bool) []core.ItemID {
 	ids := make([]core.ItemID, 0, len(m))
 	for id := range m {
 		ids = append(ids, id)
@@ -370,16 +373,19 @@ func sortedItems(m map[core.ItemID]itemChange) []core.ItemID {
 
 // Pending accumulates the projection rows of several steps of one session
 // until they are written: a later row of a key replaces the earlier one,
-// so a row changed by many steps is written once. A new notification or
-// item stays new (an insert) whatever updates follow it; a status change
-// of an item folds into its complete row when that is pending too.
+// so a row changed by many steps is written once. A new notification
+// stays new (an insert) whatever updates follow it. An item that leaves
+// its inbox while its row is pending was never written: both go.
 type Pending struct {
 	p      Projection
 	agents map[string]int
 	runs   map[runKey]int
 	tasks  map[string]int
 	items  map[string]int
+	gone   map[string]bool
 	notes  map[core.NoteKey]int
+	// dropped counts the pending item rows that left (Take skips them).
+	dropped int
 }
 
 type runKey struct {
@@ -394,7 +400,7 @@ func (x *Pending) Add(q *Projection) {
 	}
 	if x.agents == nil {
 		x.agents, x.runs, x.tasks = map[string]int{}, map[runKey]int{}, map[string]int{}
-		x.items, x.notes = map[string]int{}, map[core.NoteKey]int{}
+		x.items, x.gone, x.notes = map[string]int{}, map[string]bool{}, map[core.NoteKey]int{}
 	}
 	if q.Session != nil {
 		r := *q.Session
@@ -413,11 +419,20 @@ func (x *Pending) Add(q *Projection) {
 		x.p.Tasks = put(x.p.Tasks, x.tasks, t.ID, t)
 	}
 	for _, it := range q.Items {
-		if i, ok := x.items[it.ID]; ok && it.StatusOnly {
-			x.p.Items[i].Status, x.p.Items[i].Run = it.Status, it.Run
+		x.p.Items = put(x.p.Items, x.items, it.ID, it)
+	}
+	for _, id := range q.ItemsGone {
+		if i, ok := x.items[id]; ok {
+			// Enqueued since the last write, never written.
+			x.p.Items[i].ID = ""
+			delete(x.items, id)
+			x.dropped++
 			continue
 		}
-		x.p.Items = put(x.p.Items, x.items, it.ID, it)
+		if !x.gone[id] {
+			x.gone[id] = true
+			x.p.ItemsGone = append(x.p.ItemsGone, id)
+		}
 	}
 	for _, n := range q.Notes {
 		k := core.NoteKey{Task: core.TaskID(n.Task), Run: n.Run}
@@ -440,12 +455,15 @@ func put[K comparable, R any](rows []R, index map[K]int, k K, r R) []R {
 // Empty reports whether no row is pending.
 func (x *Pending) Empty() bool {
 	p := &x.p
-	return p.Session == nil && len(p.Agents)+len(p.Runs)+len(p.Tasks)+len(p.Items)+len(p.Notes) == 0
+	return p.Session == nil && len(p.Agents)+len(p.Runs)+len(p.Tasks)+len(p.Items)-x.dropped+len(p.ItemsGone)+len(p.Notes) == 0
 }
 
 // Take returns the pending rows and forgets them.
 func (x *Pending) Take() *Projection {
 	p := x.p
+	if x.dropped > 0 {
+		p.Items = slices.DeleteFunc(p.Items, func(it ItemRow) bool { return it.ID == "" })
+	}
 	*x = Pending{}
 	return &p
 }

@@ -30,7 +30,7 @@ type Store struct {
 	sessions map[string]store.SessionRow
 	runs     map[string]map[string]store.RunRow
 	tasks    map[string][]store.TaskRow
-	items    map[string]map[string]store.ItemRow
+	items    map[string][]store.ItemRow // the items that wait, in enqueue order
 	notes    map[string][]store.NoteRow
 	nodes    map[string]store.Node
 	outputs  map[outputKey][]byte
@@ -47,7 +47,7 @@ func New() *Store {
 		events: map[string][]store.Record{}, leases: map[string]store.Lease{},
 		snaps: map[string]store.Snapshot{}, sessions: map[string]store.SessionRow{},
 		runs: map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
-		items: map[string]map[string]store.ItemRow{}, notes: map[string][]store.NoteRow{},
+		items: map[string][]store.ItemRow{}, notes: map[string][]store.NoteRow{},
 		nodes: map[string]store.Node{}, outputs: map[outputKey][]byte{},
 	}
 }
@@ -171,8 +171,9 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 		m.events[p.Session] = append(m.events[p.Session], r)
 		m.all = append(m.all, r)
 	}
+	gone := 0
 	if pr := p.Projection; pr != nil {
-		m.project(p.Session, pr, res)
+		gone = m.project(p.Session, pr, res)
 	}
 	// As a database would count it: one transaction, one log row per step,
 	// one row per projection row.
@@ -185,7 +186,7 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 		if pr.Session != nil {
 			m.stats.Rows++
 		}
-		m.stats.Rows += int64(len(pr.Agents) + len(pr.Runs) + len(pr.Tasks) + len(pr.Items) + len(pr.Notes) - len(res.DuplicateNotes))
+		m.stats.Rows += int64(len(pr.Agents) + len(pr.Runs) + len(pr.Tasks) + len(pr.Items) + gone + len(pr.Notes) - len(res.DuplicateNotes))
 	}
 	return res, nil
 }
@@ -203,7 +204,8 @@ func (m *Store) Stats() store.Stats {
 	return m.stats
 }
 
-func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) {
+// project applies a projection and returns how many item rows it deleted.
+func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) int {
 	if pr.Session != nil {
 		r := *pr.Session
 		r.NeedsYou = slices.Clone(r.NeedsYou) // the caller's slice stays the caller's
@@ -211,7 +213,6 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 	}
 	if m.runs[sess] == nil {
 		m.runs[sess] = map[string]store.RunRow{}
-		m.items[sess] = map[string]store.ItemRow{}
 	}
 	for _, r := range pr.Runs {
 		m.runs[sess][fmt.Sprintf("%s/%d", r.Agent, r.Seq)] = r
@@ -225,16 +226,18 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 		}
 	}
 	for _, it := range pr.Items {
-		if it.StatusOnly {
-			old, ok := m.items[sess][it.ID]
-			if !ok {
-				continue
-			}
-			old.Status, old.Run = it.Status, it.Run
-			m.items[sess][it.ID] = old
-			continue
+		if i := slices.IndexFunc(m.items[sess], func(x store.ItemRow) bool { return x.ID == it.ID }); i >= 0 {
+			m.items[sess][i] = it
+		} else {
+			m.items[sess] = append(m.items[sess], it)
 		}
-		m.items[sess][it.ID] = it
+	}
+	gone := 0
+	for _, id := range pr.ItemsGone {
+		if i := slices.IndexFunc(m.items[sess], func(x store.ItemRow) bool { return x.ID == id }); i >= 0 {
+			m.items[sess] = slices.Delete(m.items[sess], i, i+1)
+			gone++
+		}
 	}
 	for _, n := range pr.Notes {
 		i := slices.IndexFunc(m.notes[sess], func(x store.NoteRow) bool { return x.Task == n.Task && x.Run == n.Run })
@@ -247,6 +250,15 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 			m.notes[sess][i] = n
 		}
 	}
+	return gone
+}
+
+// ItemList returns the items that wait in a session's inboxes, in
+// enqueue order (storetest.ItemLister).
+func (m *Store) ItemList(_ context.Context, session string) ([]store.ItemRow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.items[session]), nil
 }
 
 // EventList implements store.Store.

@@ -43,11 +43,10 @@ type (
 		started, ended, exit                             *int64
 	}
 	itemVals struct {
-		session, id, agent, kind, priority, sender, status string
-		run                                                int64
-		enqueued                                           *int64
-		statusOnly                                         bool
+		session, id, agent, kind, priority, sender string
+		enqueued                                   *int64
 	}
+	itemKey  struct{ session, id string }
 	noteVals struct {
 		session, task           string
 		run                     int64
@@ -70,6 +69,7 @@ type prepared struct {
 	runs    []runVals
 	tasks   []taskVals
 	items   []itemVals
+	gone    []itemKey
 	notes   []noteVals
 	refused error
 }
@@ -129,7 +129,10 @@ func prepare(session string, pr *store.Projection) (*prepared, error) {
 	for _, it := range pr.Items {
 		out.items = append(out.items, itemVals{session: session, id: c.check("item id", it.ID), agent: c.check("item agent", it.Agent),
 			kind: c.check("item kind", it.Kind), priority: c.check("item priority", it.Priority), sender: c.check("item sender", it.From),
-			status: c.check("item status", it.Status), run: int64(it.Run), enqueued: e.time(it.Enqueued), statusOnly: it.StatusOnly})
+			enqueued: e.time(it.Enqueued)})
+	}
+	for _, id := range pr.ItemsGone {
+		out.gone = append(out.gone, itemKey{session: session, id: c.check("item id", id)})
 	}
 	for i, n := range pr.Notes {
 		out.notes = append(out.notes, noteVals{session: session, task: c.check("note task", n.Task), run: int64(n.Run),
@@ -215,7 +218,7 @@ type group struct {
 	runs     keyed[runVals]
 	tasks    keyed[taskVals]
 	items    keyed[itemVals]
-	statuses keyed[itemVals] // status-only item updates
+	gone     keyed[itemKey] // items that left their inbox: deleted
 	notes    keyed[*noteOps]
 }
 
@@ -268,17 +271,12 @@ func (g *group) stage(j *job) {
 		g.tasks.put(t.session+"\x00"+t.id, t)
 	}
 	for _, it := range pr.items {
-		key := it.session + "\x00" + it.id
-		if it.statusOnly {
-			if full := g.items.get(key); full != nil {
-				full.status, full.run = it.status, it.run
-				continue
-			}
-			g.statuses.put(key, it)
-			continue
-		}
-		g.statuses.remove(key) // a complete row supersedes an earlier status change
-		g.items.put(key, it)
+		g.items.put(it.session+"\x00"+it.id, it)
+	}
+	for _, k := range pr.gone {
+		key := k.session + "\x00" + k.id
+		g.items.remove(key) // staged by an earlier append of the group
+		g.gone.put(key, k)
 	}
 	for i := range pr.notes {
 		n := &pr.notes[i]
@@ -360,9 +358,8 @@ var (
 	taskCols = cols("session", "text", "id", "text", "kind", "text", "owner", "text", "agent", "text", "status", "text",
 		"command", "text", "started", "bigint", "ended", "bigint", "exit_code", "bigint")
 	itemCols = cols("session", "text", "id", "text", "agent", "text", "kind", "text", "priority", "text", "sender", "text",
-		"status", "text", "run", "bigint", "enqueued", "bigint")
-	statusCols = cols("session", "text", "id", "text", "status", "text", "run", "bigint")
-	noteCols   = cols("session", "text", "task", "text", "run", "bigint", "owner", "text", "status", "text", "delivery", "text",
+		"enqueued", "bigint")
+	noteCols = cols("session", "text", "task", "text", "run", "bigint", "owner", "text", "status", "text", "delivery", "text",
 		"delivered_run", "bigint", "dropped", "text", "written", "bigint")
 
 	upsertSessions = upsertSQL("sessions", 1, sessionColumns)
@@ -370,7 +367,7 @@ var (
 	upsertRuns     = upsertSQL("runs", 3, runCols)
 	upsertTasks    = upsertSQL("tasks", 2, taskCols)
 	upsertItems    = upsertSQL("items", 2, itemCols)
-	updateStatuses = updateSQL("items", 2, statusCols)
+	deleteItems    = "DELETE FROM items USING unnest($1::text[], $2::text[]) AS r (session, id) WHERE items.session = r.session AND items.id = r.id"
 	updateNotes    = updateSQL("notes", 3, noteCols)
 	insertNotes    = "INSERT INTO notes (session, task, run, owner, status, delivery, delivered_run, dropped, written) " +
 		"SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[]) " +
@@ -465,22 +462,20 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 		reads = append(reads, exec("upsert tasks"))
 	}
 	if n := g.items.len(); n > 0 {
-		s, id, agent, kind, priority, sender, status := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		run, enqueued := make([]int64, 0, n), make([]*int64, 0, n)
+		s, id, agent, kind, priority, sender := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		enqueued := make([]*int64, 0, n)
 		g.items.each(func(it *itemVals) {
-			s, id, agent, kind, priority, sender, status = append(s, it.session), append(id, it.id), append(agent, it.agent), append(kind, it.kind), append(priority, it.priority), append(sender, it.sender), append(status, it.status)
-			run, enqueued = append(run, it.run), append(enqueued, it.enqueued)
+			s, id, agent, kind, priority, sender = append(s, it.session), append(id, it.id), append(agent, it.agent), append(kind, it.kind), append(priority, it.priority), append(sender, it.sender)
+			enqueued = append(enqueued, it.enqueued)
 		})
-		b.Queue(upsertItems, s, id, agent, kind, priority, sender, status, run, enqueued)
+		b.Queue(upsertItems, s, id, agent, kind, priority, sender, enqueued)
 		reads = append(reads, exec("upsert items"))
 	}
-	if n := g.statuses.len(); n > 0 {
-		s, id, status, run := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int64, 0, n)
-		g.statuses.each(func(it *itemVals) {
-			s, id, status, run = append(s, it.session), append(id, it.id), append(status, it.status), append(run, it.run)
-		})
-		b.Queue(updateStatuses, s, id, status, run)
-		reads = append(reads, exec("update items"))
+	if n := g.gone.len(); n > 0 {
+		s, id := make([]string, 0, n), make([]string, 0, n)
+		g.gone.each(func(k *itemKey) { s, id = append(s, k.session), append(id, k.id) })
+		b.Queue(deleteItems, s, id)
+		reads = append(reads, exec("delete items"))
 	}
 	var pre, inserts, post []*noteVals
 	var owners []*job

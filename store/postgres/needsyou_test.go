@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
 	"slices"
 	"testing"
 	"time"
@@ -11,10 +12,12 @@ import (
 	"github.com/vigilrun/vigil/store"
 )
 
-// TestMigrateNeedsYou opens a database of schema version 3, whose sessions
-// have no needs_you column: its rows come back unchanged with none, and
-// new rows store their reasons.
-func TestMigrateNeedsYou(t *testing.T) {
+// TestMigrateFromVersion3 opens a database of schema version 3, whose
+// sessions have no needs_you column: its rows come back unchanged with
+// none, and new rows store their reasons. Its items table holds the items
+// that left their inbox too (version 5 keeps the inboxes only): they go,
+// the ones that wait stay.
+func TestMigrateFromVersion3(t *testing.T) {
 	dsn := testDB(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -45,6 +48,10 @@ func TestMigrateNeedsYou(t *testing.T) {
 	if _, err := conn.Exec(ctx, `INSERT INTO leases (session, owner, epoch, expires) VALUES ('old', 'n', 1, 0)`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := conn.Exec(ctx, `INSERT INTO items (session, id, agent, kind, priority, sender, status, run, enqueued) VALUES
+		('old', 'i1', 'a0', 'prompt', 'next', 'user', 'taken', 1, $1), ('old', 'i2', 'a0', 'message', 'later', 'a1', 'queued', 0, $1)`, at.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
 
 	s := openTest(t, dsn)
 	want := store.SessionRow{ID: "old", Title: "before", Owner: "alice", Provider: "script", Model: "m", Cwd: "/w",
@@ -54,8 +61,13 @@ func TestMigrateNeedsYou(t *testing.T) {
 		t.Fatalf("a version 3 row after the migration: %+v, %v; want %+v", got, err, want)
 	}
 	var version int
-	if err := s.pool.QueryRow(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&version); err != nil || version != 4 {
-		t.Errorf("schema version %d, %v; want 4", version, err)
+	names, _ := fs.Glob(migrations, "migrations/*.sql")
+	if err := s.pool.QueryRow(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&version); err != nil || version != len(names) {
+		t.Errorf("schema version %d, %v; want %d", version, err, len(names))
+	}
+	items, err := s.ItemList(ctx, "old")
+	if err != nil || len(items) != 1 || items[0].ID != "i2" || items[0].Priority != "later" || !items[0].Enqueued.Equal(at) {
+		t.Errorf("items after the migration: %+v, %v; want i2 alone (i1 was taken)", items, err)
 	}
 	want.NeedsYou, want.LastSeq = []string{"approval p1: Bash (main)"}, 8
 	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "old", Epoch: 1,

@@ -21,7 +21,7 @@ type group struct {
 	appends  int64
 	rows     int64 // rows written by the jobs' own statements
 	upserts  map[*table]*staged
-	items    staged // status-only item updates
+	gone     staged // items that left their inbox: deleted
 	notes    map[noteKey]*stagedNote
 	noteKeys []noteKey
 }
@@ -52,7 +52,7 @@ var (
 	agentsTable   = newTable("agents", 2, "session", "id", "name", "owner", "task", "state", "runs", "inbox", "input_tokens", "output_tokens")
 	runsTable     = newTable("runs", 3, "session", "agent", "seq", "kind", "status", "started", "ended", "reply", "error", "input_tokens", "output_tokens")
 	tasksTable    = newTable("tasks", 2, "session", "id", "kind", "owner", "agent", "status", "command", "started", "ended", "exit_code")
-	itemsTable    = newTable("items", 2, "session", "id", "agent", "kind", "priority", "sender", "status", "run", "enqueued")
+	itemsTable    = newTable("items", 2, "session", "id", "agent", "kind", "priority", "sender", "enqueued")
 	// The tables in the order a group writes them.
 	upsertTables = []*table{sessionsTable, agentsTable, runsTable, tasksTable, itemsTable}
 )
@@ -72,6 +72,14 @@ func (s *staged) put(key string, row []any) {
 		s.order = append(s.order, key)
 	}
 	s.rows[key] = row
+}
+
+// drop forgets key's row.
+func (s *staged) drop(key string) {
+	if _, ok := s.rows[key]; ok {
+		delete(s.rows, key)
+		s.order = slices.DeleteFunc(s.order, func(k string) bool { return k == key })
+	}
 }
 
 func (s *staged) list() [][]any {
@@ -131,18 +139,12 @@ func (g *group) stage(session string, pr *store.Projection, res *store.AppendRes
 			e.time(t.Started), e.time(t.Ended), exit})
 	}
 	for _, it := range pr.Items {
-		key := session + "\x00" + it.ID
-		full := g.table(itemsTable)
-		if it.StatusOnly {
-			if row, ok := full.rows[key]; ok {
-				row[6], row[7] = it.Status, it.Run
-				continue
-			}
-			g.items.put(key, []any{session, it.ID, it.Status, it.Run})
-			continue
-		}
-		delete(g.items.rows, key) // a complete row supersedes an earlier status change
-		full.put(key, []any{session, it.ID, it.Agent, it.Kind, it.Priority, it.From, it.Status, it.Run, e.time(it.Enqueued)})
+		g.table(itemsTable).put(session+"\x00"+it.ID, []any{session, it.ID, it.Agent, it.Kind, it.Priority, it.From, e.time(it.Enqueued)})
+	}
+	for _, id := range pr.ItemsGone {
+		key := session + "\x00" + id
+		g.table(itemsTable).drop(key) // staged by an earlier job of the group
+		g.gone.put(key, []any{session, id})
 	}
 	for _, n := range pr.Notes {
 		k := noteKey{session, n.Task, n.Run}
@@ -179,8 +181,8 @@ func (w *writer) flush(g *group) error {
 			return fmt.Errorf("upsert %s: %w", t.name, err)
 		}
 	}
-	if err := w.updateRows("items", []string{"session", "id"}, []string{"status", "run"}, g.items.list()); err != nil {
-		return fmt.Errorf("update items: %w", err)
+	if err := w.deleteRows("items", []string{"session", "id"}, g.gone.list()); err != nil {
+		return fmt.Errorf("delete items: %w", err)
 	}
 	var inserts, updates [][]any
 	for _, k := range g.noteKeys {
@@ -282,6 +284,20 @@ func (w *writer) updateRows(name string, keys, set []string, rows [][]any) error
 		q := w.cachedQuery(name, "update", len(chunk), func() string {
 			return "UPDATE " + name + " SET " + strings.Join(sets, ", ") + " FROM (" +
 				valuesQuery("VALUES ", len(keys)+len(set), len(chunk)) + ") AS v WHERE " + strings.Join(where, " AND ")
+		})
+		if _, err := w.exec(q, flatten(chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteRows deletes name's rows found by the key columns keys, in
+// statements of up to rowsPerStatement rows.
+func (w *writer) deleteRows(name string, keys []string, rows [][]any) error {
+	for chunk := range slices.Chunk(rows, rowsPerStatement) {
+		q := w.cachedQuery(name, "delete", len(chunk), func() string {
+			return "DELETE FROM " + name + " WHERE (" + strings.Join(keys, ", ") + ") IN (" + valuesQuery("VALUES ", len(keys), len(chunk)) + ")"
 		})
 		if _, err := w.exec(q, flatten(chunk)...); err != nil {
 			return err

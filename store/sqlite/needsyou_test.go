@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -11,10 +12,12 @@ import (
 	"github.com/vigilrun/vigil/store"
 )
 
-// TestMigrateNeedsYou opens a database of schema version 3, whose sessions
-// have no needs_you column: its rows come back unchanged with none, and
-// new rows store their reasons.
-func TestMigrateNeedsYou(t *testing.T) {
+// TestMigrateFromVersion3 opens a database of schema version 3, whose
+// sessions have no needs_you column: its rows come back unchanged with
+// none, and new rows store their reasons. Its items table holds the items
+// that left their inbox too (version 5 keeps the inboxes only): they go,
+// the ones that wait stay.
+func TestMigrateFromVersion3(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v3.db")
 	if err := createFile(path); err != nil {
 		t.Fatal(err)
@@ -49,6 +52,8 @@ func TestMigrateNeedsYou(t *testing.T) {
 	exec(`INSERT INTO sessions (id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens)
 		VALUES ('old', 'before', 'alice', 'script', 'm', '/w', 0, ?, ?, 7, 10, 20)`, at.UnixNano(), at.Add(time.Hour).UnixNano())
 	exec("INSERT INTO leases VALUES ('old', 'n', 1, 0)")
+	exec(`INSERT INTO items (session, id, agent, kind, priority, sender, status, run, enqueued) VALUES
+		('old', 'i1', 'a0', 'prompt', 'next', 'user', 'taken', 1, ?), ('old', 'i2', 'a0', 'message', 'later', 'a1', 'queued', 0, ?)`, at.UnixNano(), at.UnixNano())
 	if err := conn.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +69,13 @@ func TestMigrateNeedsYou(t *testing.T) {
 		t.Fatalf("a version 3 row after the migration: %+v, %v; want %+v", got, err, want)
 	}
 	var version int
-	if err := s.rdb.QueryRow(`SELECT MAX(version) FROM schema_version`).Scan(&version); err != nil || version != 4 {
-		t.Errorf("schema version %d, %v; want 4", version, err)
+	names, _ := fs.Glob(migrations, "migrations/*.sql")
+	if err := s.rdb.QueryRow(`SELECT MAX(version) FROM schema_version`).Scan(&version); err != nil || version != len(names) {
+		t.Errorf("schema version %d, %v; want %d", version, err, len(names))
+	}
+	items, err := s.ItemList(ctx, "old")
+	if err != nil || len(items) != 1 || items[0].ID != "i2" || items[0].Priority != "later" || !items[0].Enqueued.Equal(at) {
+		t.Errorf("items after the migration: %+v, %v; want i2 alone (i1 was taken)", items, err)
 	}
 	want.NeedsYou, want.LastSeq = []string{"approval p1: Bash (main)"}, 8
 	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "old", Epoch: 1,

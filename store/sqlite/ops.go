@@ -540,16 +540,17 @@ func (s *Store) AgentList(ctx context.Context, session string) ([]store.AgentRow
 	return out, err
 }
 
-// ItemList returns a session's inbox item rows in enqueue order. It is not
+// ItemList returns the items that wait in a session's inboxes, in
+// enqueue order. It is not
 // part of store.Store; storetest checks it through storetest.ItemLister.
 func (s *Store) ItemList(ctx context.Context, session string) ([]store.ItemRow, error) {
 	var out []store.ItemRow
 	err := s.read(ctx, "list items of "+session, func(db *sql.DB) error {
-		return query(ctx, db, `SELECT id, agent, kind, priority, sender, status, run, enqueued
+		return query(ctx, db, `SELECT id, agent, kind, priority, sender, enqueued
 			FROM items WHERE session = ? ORDER BY ord`, []any{session}, func(rows *sql.Rows) error {
 			it := store.ItemRow{Session: session}
 			var enqueued sql.NullInt64
-			if err := rows.Scan(&it.ID, &it.Agent, &it.Kind, &it.Priority, &it.From, &it.Status, &it.Run, &enqueued); err != nil {
+			if err := rows.Scan(&it.ID, &it.Agent, &it.Kind, &it.Priority, &it.From, &enqueued); err != nil {
 				return err
 			}
 			it.Enqueued = fromNanos(enqueued)

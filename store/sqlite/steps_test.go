@@ -101,8 +101,9 @@ func TestOneRowPerStep(t *testing.T) {
 
 // TestGroupCoalesces: appends that share a commit write each projection
 // row once per key (the last one) and all their steps in one statement,
-// and a duplicate notification within the group is reported to the
-// append that repeated it.
+// a duplicate notification within the group is reported to the append
+// that repeated it, and an item one append enqueues and a later one takes
+// is never written.
 func TestGroupCoalesces(t *testing.T) {
 	s := openTest(t, filepath.Join(t.TempDir(), "vigil.db"), nil)
 	ctx := context.Background()
@@ -130,16 +131,22 @@ func TestGroupCoalesces(t *testing.T) {
 	}
 	waitQueued(t, s, sessions)
 	// Two more steps of c0 in the same group: the second's title wins, and
-	// its new note t1#1 repeats the first's.
+	// its new note t1#1 repeats the first's. The first enqueues items i1
+	// and i2, the second takes i1.
 	for k, title := range []string{"second", "third"} {
 		wg.Go(func() {
 			seq := int64(3 + k)
+			pr := &store.Projection{
+				Session: &store.SessionRow{ID: "c0", Title: title, Created: at, Updated: at, LastSeq: seq},
+				Notes:   []store.NoteRow{{Session: "c0", Task: "t1", Run: 1, New: k == 1, Status: "delivered"}},
+			}
+			if k == 0 {
+				pr.Items = []store.ItemRow{{Session: "c0", ID: "i1", Agent: "main", Enqueued: at}, {Session: "c0", ID: "i2", Agent: "main", Enqueued: at}}
+			} else {
+				pr.ItemsGone = []string{"i1"}
+			}
 			results[sessions+k], errs[sessions+k] = s.EventAppend(ctx, &store.EventAppendParams{Session: "c0", Epoch: epochs["c0"],
-				Records: []store.Record{{Seq: seq, At: at, Type: "e"}},
-				Projection: &store.Projection{
-					Session: &store.SessionRow{ID: "c0", Title: title, Created: at, Updated: at, LastSeq: seq},
-					Notes:   []store.NoteRow{{Session: "c0", Task: "t1", Run: 1, New: k == 1, Status: "delivered"}},
-				}})
+				Records: []store.Record{{Seq: seq, At: at, Type: "e"}}, Projection: pr})
 		})
 		waitQueued(t, s, sessions+k+1)
 	}
@@ -154,10 +161,13 @@ func TestGroupCoalesces(t *testing.T) {
 	if c := after.Commits - before.Commits; c != 2 {
 		t.Errorf("%d commits, want 2 (the held job's and the group's)", c)
 	}
-	// 8 steps, 6 session rows and 6 notes: c0's three steps wrote its
-	// session row and its note once each.
-	if r := after.Rows - before.Rows; r != 20 {
-		t.Errorf("%d rows, want 20", r)
+	// 8 steps, 6 session rows, 6 notes and item i2: c0's three steps wrote
+	// its session row and its note once each, and i1 not at all.
+	if r := after.Rows - before.Rows; r != 21 {
+		t.Errorf("%d rows, want 21", r)
+	}
+	if items, err := s.ItemList(ctx, "c0"); err != nil || len(items) != 1 || items[0].ID != "i2" {
+		t.Errorf("c0's items %+v, %v; want i2 alone", items, err)
 	}
 	if !slices.Equal(results[sessions+1].DuplicateNotes, []string{"t1#1"}) || len(results[0].DuplicateNotes)+len(results[sessions].DuplicateNotes) != 0 {
 		t.Errorf("duplicates %v %v %v", results[0].DuplicateNotes, results[sessions].DuplicateNotes, results[sessions+1].DuplicateNotes)
