@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/vigilrun/vigil"
@@ -134,6 +135,11 @@ func Recovery(ctx context.Context, cfg Config, snapshot bool) (Stats, int64, err
 	if err != nil {
 		return Stats{}, 0, err
 	}
+	// The generator's garbage (its own copy of the state, the encoded
+	// events) is not the recovery's: collected before the clock starts, as
+	// a new process after a crash has none. Measured in one process with
+	// it, the takeover of 1M events took 1.0-1.7 s; without, 0.66-0.76 s.
+	runtime.GC()
 	start := time.Now()
 	rt, err := vigil.Open(ctx, vigil.Options{Store: cfg.Store, DataDir: cfg.DataDir, Node: "bench-recover"})
 	if err != nil {

@@ -1,14 +1,19 @@
 package snapshot_test
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/bench"
 	"github.com/vigilrun/vigil/internal/sim"
 	"github.com/vigilrun/vigil/internal/snapshot"
+	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/memstore"
 )
 
 // TestRoundTripSimulated: the states of simulated sessions come back from
@@ -64,6 +69,65 @@ func TestSnapshotsOfEncodingJSON(t *testing.T) {
 
 var simTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// TestSectionsJoin: the state of a generated session (a main agent and
+// ten workers, their transcripts, messages and notifications) comes back
+// from snapshots cut into sections of every size, from one message or
+// entry up to none cut at all; a snapshot with a section missing, cut
+// short or of an unknown kind is refused, not half decoded.
+func TestSectionsJoin(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	id, err := bench.Generate(ctx, st, 20_000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.EventList(ctx, &store.EventListParams{Session: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := core.NewState()
+	for _, r := range recs {
+		body, err := core.DecodeBody(r.Type, r.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		core.Apply(s, core.Event{Seq: r.Seq, At: r.At, Body: body})
+	}
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range [][2]int{{1, 1}, {3, 2}, {97, 13}, {1 << 20, 1 << 20}} {
+		b, err := snapshot.EncodeSized(s, size[0], size[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := core.NewState()
+		if err := snapshot.Decode(b, got); err != nil {
+			t.Fatalf("sections of %d messages, %d entries: %v", size[0], size[1], err)
+		}
+		if j, _ := json.Marshal(got); string(j) != string(want) {
+			t.Errorf("sections of %d messages, %d entries: the state came back different", size[0], size[1])
+		}
+	}
+	b, err := snapshot.EncodeSized(s, 500, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut short, cut at the end of a section (the trailer gone), or with
+	// a section of an unknown kind.
+	end := len(b) - 2 // the trailer: kind 0 and a count under 127
+	if b[end] != 0 || b[end+1] >= 127 {
+		t.Fatalf("the trailer is %v, want kind 0 and a one-byte count", b[end:])
+	}
+	unknown := append(slices.Clone(b[:end]), 9, 0, 0, 1, '1', 0, b[end+1]+1)
+	for _, bad := range [][]byte{b[:len(b)-1], b[:len(b)/2], b[:end], unknown} {
+		if err := snapshot.Decode(bad, core.NewState()); err == nil {
+			t.Errorf("a snapshot of %d bytes (of %d) decoded", len(bad), len(b))
+		}
+	}
+}
+
 // FuzzDecode: no input makes Decode panic.
 func FuzzDecode(f *testing.F) {
 	s := core.NewState()
@@ -74,6 +138,11 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add([]byte(`{"seq":1}`))
+	s.Agents["main"].Transcript = append(s.Agents["main"].Transcript, s.Agents["main"].Transcript...)
+	if b, err = snapshot.EncodeSized(s, 1, 1); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_ = snapshot.Decode(data, core.NewState())
 	})

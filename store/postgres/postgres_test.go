@@ -82,6 +82,30 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
+// TestSnapshotsLZ4: on a server built with lz4, snapshots are stored
+// compressed with it (schema 6); a server without keeps pglz, and the
+// migration does not fail.
+func TestSnapshotsLZ4(t *testing.T) {
+	dsn := testDB(t)
+	s := openTest(t, dsn)
+	ctx := context.Background()
+	// Whether the server has lz4: a scratch table tells.
+	_, probe := s.pool.Exec(ctx, `CREATE TEMP TABLE lz4_probe (b bytea COMPRESSION lz4)`)
+	var method string
+	if err := s.pool.QueryRow(ctx, `SELECT attcompression FROM pg_attribute WHERE attrelid = 'snapshots'::regclass AND attname = 'data'`).Scan(&method); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case probe == nil && method != "l":
+		t.Errorf("the server has lz4, and the snapshots' compression is %q, want l (lz4)", method)
+	case probe != nil && method != "" && method != "\x00":
+		t.Errorf("the server has no lz4 (%v), and the snapshots' compression is %q, want the default", probe, method)
+	}
+	if probe != nil {
+		t.Logf("this server has no lz4: %v", probe)
+	}
+}
+
 // The ceiling measures both figures and the single commits' latencies.
 func TestMeasureCeiling(t *testing.T) {
 	c, err := MeasureCeiling(context.Background(), testDB(t), nil, 30*time.Millisecond)
