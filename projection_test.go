@@ -2,6 +2,7 @@ package vigil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -226,6 +227,15 @@ func (s *laggingRows) EventAppend(ctx context.Context, p *store.EventAppendParam
 	return s.Store.EventAppend(ctx, &q)
 }
 
+// SnapshotSave saves nothing while the rows lag: as after a crash, the
+// clean stop's snapshots are not there either.
+func (s *laggingRows) SnapshotSave(ctx context.Context, p *store.SnapshotSaveParams) error {
+	if s.lag.Load() {
+		return nil
+	}
+	return s.Store.SnapshotSave(ctx, p)
+}
+
 func (s *laggingRows) SessionGet(ctx context.Context, id string) (*store.SessionRow, error) {
 	s.sessionGets.Add(1)
 	return s.Store.SessionGet(ctx, id)
@@ -296,5 +306,46 @@ func TestProjLagSpread(t *testing.T) {
 	}
 	if len(seen) < 8 { // ten 50 ms buckets
 		t.Fatalf("200 sessions' lags fall in %d of ten 50 ms buckets", len(seen))
+	}
+}
+
+// TestCleanStopSavesSnapshot: a clean stop saves a snapshot of a session
+// with stopSnapshotMin events or more since its last one, so that the
+// next owner reads it instead of replaying them; a session with fewer
+// gets none, and the next owner replays those few.
+func TestCleanStopSavesSnapshot(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	busy, err := rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	quiet, err := rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	for i := range stopSnapshotMin / 2 {
+		must(t, rt.Hold(ctx, busy.ID, &HoldParams{By: "test", Reason: fmt.Sprint(i)}))
+		must(t, rt.Resume(ctx, busy.ID, "test"))
+	}
+	must(t, rt.Hold(ctx, quiet.ID, &HoldParams{By: "test"}))
+	must(t, rt.Close())
+	last, err := st.LastSeq(ctx, string(busy.ID))
+	must(t, err)
+	snap, err := st.SnapshotLoad(ctx, string(busy.ID))
+	if err != nil || snap.Seq != last {
+		t.Fatalf("the busy session's snapshot after a clean stop: %+v, %v; want one at its last seq %d", snap, err, last)
+	}
+	if snap, err := st.SnapshotLoad(ctx, string(quiet.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a session of a few events got a snapshot at the stop: %+v, %v", snap, err)
+	}
+	// The next owner starts from it, and the state is whole.
+	rt = openWith(t, st, mustParse(t, idleScenario), nil)
+	s, err := rt.SessionStatus(ctx, busy.ID)
+	must(t, err)
+	if s.Hold != nil {
+		t.Errorf("the busy session after the restart: held %+v, want released", s.Hold)
+	}
+	s, err = rt.SessionStatus(ctx, quiet.ID)
+	must(t, err)
+	if s.Hold == nil {
+		t.Errorf("the quiet session after the restart is not held")
 	}
 }
