@@ -31,7 +31,7 @@ func (s *Store) NodeBeat(ctx context.Context, n *store.Node) error {
 // NodeList implements store.Store.
 func (s *Store) NodeList(ctx context.Context) ([]store.Node, error) {
 	var out []store.Node
-	err := s.read(ctx, "list nodes", func(db *sql.DB) error {
+	err := s.read(ctx, "list nodes", func(db *reads) error {
 		return query(ctx, db, `SELECT id, address, started, beat, draining, sessions FROM nodes ORDER BY id`, nil, func(rows *sql.Rows) error {
 			var n store.Node
 			var started, beat sql.NullInt64
@@ -57,7 +57,7 @@ func (s *Store) NodeLeave(ctx context.Context, id string) error {
 // LeaseList implements store.Store.
 func (s *Store) LeaseList(ctx context.Context) ([]store.Lease, error) {
 	var out []store.Lease
-	err := s.read(ctx, "list leases", func(db *sql.DB) error {
+	err := s.read(ctx, "list leases", func(db *reads) error {
 		return query(ctx, db, `SELECT session, owner, epoch, expires FROM leases ORDER BY session`, nil, func(rows *sql.Rows) error {
 			var l store.Lease
 			var expires sql.NullInt64
@@ -104,7 +104,7 @@ func (s *Store) OutputRead(ctx context.Context, p *store.OutputReadParams) (*sto
 		return nil, fmt.Errorf("%s: offset %d, limit %d: negative", what, p.Offset, p.Limit)
 	}
 	out := &store.Output{}
-	err := s.read(ctx, what, func(db *sql.DB) error {
+	err := s.read(ctx, what, func(db *reads) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err

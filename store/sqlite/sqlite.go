@@ -135,9 +135,10 @@ type Store struct {
 	busy   time.Duration
 	log    *slog.Logger
 
-	wdb *sql.DB // the one write connection
-	w   *writer
-	rdb *sql.DB // read pool
+	wdb   *sql.DB // the one write connection
+	w     *writer
+	rdb   *sql.DB // read pool
+	reads *reads  // rdb with its statements
 
 	// mu is held for reading by every call in progress and for writing by
 	// Close, which therefore waits for them.
@@ -240,6 +241,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		_ = s.rdb.Close()
 		return fail("read pool", err)
 	}
+	s.reads = &reads{db: s.rdb}
 	go s.loop()
 	return s, nil
 }
@@ -326,7 +328,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		<-s.done
 		s.watch.Close()
-		s.closeErr = errors.Join(s.rdb.Close(), s.w.close(), s.wdb.Close())
+		s.closeErr = errors.Join(s.reads.close(), s.rdb.Close(), s.w.close(), s.wdb.Close())
 		if s.closeErr != nil {
 			s.closeErr = fmt.Errorf("close %s: %w", s.path, s.closeErr)
 		}
