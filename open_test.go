@@ -2,11 +2,14 @@ package vigil
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/vigilrun/vigil/core"
 	"github.com/vigilrun/vigil/provider/script"
+	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -50,4 +53,54 @@ func TestOpenTakesOverManySessions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// leaseCounter counts a store's lease acquisitions, one by one and many
+// at once.
+type leaseCounter struct {
+	*memstore.Store
+	ones, manys atomic.Int64
+}
+
+func (c *leaseCounter) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
+	c.ones.Add(1)
+	return c.Store.LeaseAcquire(ctx, p)
+}
+
+func (c *leaseCounter) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+	c.manys.Add(1)
+	return c.Store.LeaseAcquireMany(ctx, p)
+}
+
+// TestOpenAcquiresLeasesInChunks: Open acquires the leases of the sessions
+// it takes over a chunk at a time, not one transaction each; a session
+// whose lease another live owner holds is left to it, and its takeover
+// alone tries the lease again.
+func TestOpenAcquiresLeasesInChunks(t *testing.T) {
+	ctx := context.Background()
+	st := &leaseCounter{Store: memstore.New()}
+	first := openWith(t, st, mustParse(t, idleScenario), nil)
+	ids := make([]SessionID, 2*acquireChunk+5)
+	for i := range ids {
+		sess, err := first.CreateSession(ctx, &SessionParams{})
+		must(t, err)
+		ids[i] = sess.ID
+	}
+	must(t, first.Close())
+	// Another owner, alive, holds one of them.
+	if _, err := st.Store.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(ids[7]), Owner: "elsewhere", TTL: time.Hour, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	st.ones.Store(0)
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	if n, m := st.manys.Load(), st.ones.Load(); n != 3 || m != 1 {
+		t.Errorf("Open of %d sessions made %d LeaseAcquireMany and %d LeaseAcquire calls; want 3 (chunks of %d) and 1 (the held one's own try)", len(ids), n, m, acquireChunk)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for i, id := range ids {
+		if got := rt.actors[core.SessionID(id)] != nil; got != (i != 7) {
+			t.Errorf("session %d (%s) taken over: %v, want %v", i, id, got, i != 7)
+		}
+	}
 }

@@ -310,6 +310,21 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			todo = append(todo, &rows[i])
 		}
 	}
+	// Each session is reserved for its takeover here first, and the
+	// leases of a chunk of them are acquired in one call as the workers
+	// come to it (before, a transaction each: with 10,000 sessions on
+	// PostgreSQL, most of Open's time).
+	jobs := make([]recoverJob, 0, len(todo))
+	for _, row := range todo {
+		t, _, err := r.reserve(core.SessionID(row.ID))
+		if errors.Is(err, errRuntimeDone) {
+			break
+		}
+		if t != nil {
+			jobs = append(jobs, recoverJob{row: row, t: t})
+		}
+	}
+	chunks := make([]sync.Once, (len(jobs)+acquireChunk-1)/acquireChunk)
 	var (
 		mu     sync.Mutex
 		failed error
@@ -323,17 +338,29 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 		// and a takeover may wait for a paused node's row lock.
 		workers = clusterRecoverWorkers
 	}
-	for range min(workers, len(todo)) {
+	for range min(workers, len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !done.Load() {
+			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(todo) {
+				if i >= len(jobs) {
 					return
 				}
-				id := core.SessionID(todo[i].ID)
-				row := todo[i]
+				id, k := core.SessionID(jobs[i].row.ID), i/acquireChunk
+				if done.Load() {
+					// Close cut Open short: what was not taken over is
+					// left as it was, its lease given up if its chunk's
+					// were acquired (the Once orders that read).
+					chunks[k].Do(func() {})
+					if l := jobs[i].lease; l != nil {
+						r.giveUp(l, errRuntimeDone)
+					}
+					r.finishReserved(id, jobs[i].t, nil, errRuntimeDone)
+					continue
+				}
+				chunks[k].Do(func() { r.acquireLeases(ctx, jobs[k*acquireChunk:min(len(jobs), (k+1)*acquireChunk)]) })
+				row := jobs[i].row
 				if r.cl != nil {
 					// A live owner may write the session's rows after the
 					// listing, until its lease ends: this takeover reads
@@ -342,7 +369,7 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 					// written twice).
 					row = nil
 				}
-				_, err := r.adopt(ctx, id, row)
+				_, err := r.adoptReserved(ctx, id, row, jobs[i].t, jobs[i].lease)
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
 				case errors.Is(err, errRuntimeDone), r.closing():
@@ -371,6 +398,42 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 	return nil
 }
 
+// acquireChunk is how many sessions' leases recoverAll acquires in one
+// call: few enough that the last of them is taken over long before its
+// lease would run out.
+const acquireChunk = 256
+
+// recoverJob is a session recoverAll takes over: its row as listed, its
+// reserved takeover and, once its chunk's leases are acquired, its lease
+// (nil when another owner held it, or the call failed: its takeover then
+// acquires it alone, as adopt does).
+type recoverJob struct {
+	row   *store.SessionRow
+	t     *takeover
+	lease *store.Lease
+}
+
+// acquireLeases acquires the leases of jobs in one store call. A failure
+// leaves each takeover to acquire its own.
+func (r *Runtime) acquireLeases(ctx context.Context, jobs []recoverJob) {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.row.ID
+	}
+	res, err := r.st.LeaseAcquireMany(ctx, &store.LeaseAcquireManyParams{Owner: r.opts.Node, Sessions: ids, TTL: r.leaseTTL, Now: r.clock.Now()})
+	if err != nil {
+		r.log.Debug("could not acquire the leases of a chunk of sessions at once; each takeover acquires its own", "sessions", len(ids), "err", err)
+		return
+	}
+	leases := make(map[string]*store.Lease, len(res.Leases))
+	for i := range res.Leases {
+		leases[res.Leases[i].Session] = &res.Leases[i]
+	}
+	for i := range jobs {
+		jobs[i].lease = leases[jobs[i].row.ID]
+	}
+}
+
 // closing reports whether Close was called.
 func (r *Runtime) closing() bool {
 	r.mu.Lock()
@@ -388,25 +451,48 @@ type takeover struct {
 // already has it (its actor is returned) or is taking it over
 // (errRecovering). row is the session's row when a listing read it, or nil.
 func (r *Runtime) adopt(ctx context.Context, id core.SessionID, row *store.SessionRow) (*actor, error) {
+	t, a, err := r.reserve(id)
+	if t == nil {
+		return a, err
+	}
+	return r.adoptReserved(ctx, id, row, t, nil)
+}
+
+// reserve marks session id as being taken over by this runtime: it
+// returns the takeover to finish with adoptReserved, or, when the runtime
+// has the session already (its actor) or is taking it over (errRecovering)
+// or closes (errRuntimeDone), no takeover.
+func (r *Runtime) reserve(id core.SessionID) (*takeover, *actor, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
-		r.mu.Unlock()
-		return nil, errRuntimeDone
+		return nil, nil, errRuntimeDone
 	}
 	if a, taken := r.actors[id]; taken {
-		r.mu.Unlock()
 		if a == nil {
-			return nil, fmt.Errorf("session %s: %w", id, errRecovering)
+			return nil, nil, fmt.Errorf("session %s: %w", id, errRecovering)
 		}
-		return a, nil
+		return nil, a, nil
 	}
 	r.actors[id] = nil // reserved while it is taken over
 	t := &takeover{done: make(chan struct{})}
 	r.takeovers[id] = t
 	r.inflight.Add(1)
-	r.mu.Unlock()
+	return t, nil, nil
+}
+
+// adoptReserved takes over a session reserve reserved, under lease when
+// one was acquired for it already (nil: takeOver acquires it), and
+// registers its actor.
+func (r *Runtime) adoptReserved(ctx context.Context, id core.SessionID, row *store.SessionRow, t *takeover, lease *store.Lease) (*actor, error) {
+	a, err := r.takeOver(ctx, id, row, lease)
+	return r.finishReserved(id, t, a, err)
+}
+
+// finishReserved ends the takeover t of session id with its actor a, or
+// its failure err: the actor is registered, or the reservation dropped.
+func (r *Runtime) finishReserved(id core.SessionID, t *takeover, a *actor, err error) (*actor, error) {
 	defer r.inflight.Done()
-	a, err := r.takeOver(ctx, id, row)
 	r.mu.Lock()
 	closed := r.closed
 	if err != nil || closed {
@@ -428,21 +514,25 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID, row *store.Sessi
 	return a, err
 }
 
-// takeOver acquires a session's lease, rebuilds its state and recovers it.
-// A lease held by a process of this host that is gone is taken at once.
+// takeOver acquires a session's lease (unless lease is one acquired for it
+// already), rebuilds its state and recovers it. A lease held by a process
+// of this host that is gone is taken at once.
 //
 // row, when not nil, is the session's row as a listing read it before the
 // lease was taken: its LastSeq is at most the stored one's.
-func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow) (*actor, error) {
+func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow, lease *store.Lease) (*actor, error) {
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
-	lease, err := r.st.LeaseAcquire(ctx, p)
-	var held *store.LeaseHeldError
-	if errors.As(err, &held) && (nodeGone(held.Owner) || (r.cl != nil && r.cl.dead(r.opts.Node, held.Owner))) {
-		p.Steal = held.Owner
+	if lease == nil {
+		var err error
 		lease, err = r.st.LeaseAcquire(ctx, p)
-	}
-	if err != nil {
-		return nil, err
+		var held *store.LeaseHeldError
+		if errors.As(err, &held) && (nodeGone(held.Owner) || (r.cl != nil && r.cl.dead(r.opts.Node, held.Owner))) {
+			p.Steal = held.Owner
+			lease, err = r.st.LeaseAcquire(ctx, p)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	previous, cause := r.logTakeover(id, lease, p.Steal)
 	s, tail, err := loadStateTail(ctx, r.st, string(id))

@@ -116,6 +116,27 @@ func (e *LeaseHeldError) Error() string {
 // Unwrap makes errors.Is(err, ErrLeaseHeld) true.
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
+// LeaseAcquireManyParams asks for many sessions' leases for one owner at
+// once, as LeaseAcquire does for one (without Steal): a node that starts
+// takes its sessions over with a statement per few hundred, not a
+// transaction each.
+type LeaseAcquireManyParams struct {
+	Owner    string
+	Sessions []string
+	TTL      time.Duration
+	Now      time.Time
+}
+
+// LeaseAcquireManyResult reports an acquisition of many leases. Every
+// session asked for is in exactly one of Leases and Held.
+type LeaseAcquireManyResult struct {
+	// Leases are the leases acquired, as LeaseAcquire returns them
+	// (Previous and Released set), in no order.
+	Leases []Lease
+	// Held are the sessions whose lease another owner holds, unexpired.
+	Held []LeaseHeldError
+}
+
 // LeaseRenewParams extends leases one owner holds, in one statement: a
 // node renews all its sessions in one round, not one write per session.
 type LeaseRenewParams struct {
@@ -254,6 +275,10 @@ type Store interface {
 	// LeaseAcquire grants the session's lease to Owner with a new epoch when
 	// it is free, expired, or already Owner's; otherwise ErrLeaseHeld.
 	LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) (*Lease, error)
+	// LeaseAcquireMany is LeaseAcquire, without Steal, of many sessions
+	// for one owner, in one transaction. A session named twice counts
+	// once. An error means none was acquired.
+	LeaseAcquireMany(ctx context.Context, p *LeaseAcquireManyParams) (*LeaseAcquireManyResult, error)
 	// LeaseRenew extends the leases Owner still holds at their epochs, all
 	// at once, and reports the ones it lost. An error means none was
 	// renewed.

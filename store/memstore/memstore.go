@@ -78,9 +78,19 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 	if m.fail != nil {
 		return nil, fmt.Errorf("acquire lease of %s: %w", p.Session, m.fail)
 	}
+	nl, held := m.acquire(p)
+	if held != nil {
+		return nil, fmt.Errorf("acquire lease: %w", held)
+	}
+	return nl, nil
+}
+
+// acquire grants p's lease unless another owner holds it. Called with
+// m.mu held.
+func (m *Store) acquire(p *store.LeaseAcquireParams) (*store.Lease, *store.LeaseHeldError) {
 	l, ok := m.leases[p.Session]
 	if ok && l.Owner != p.Owner && l.Expires.After(p.Now) && (p.Steal == "" || l.Owner != p.Steal) {
-		return nil, fmt.Errorf("acquire lease: %w", &store.LeaseHeldError{Session: p.Session, Owner: l.Owner, Expires: l.Expires})
+		return nil, &store.LeaseHeldError{Session: p.Session, Owner: l.Owner, Expires: l.Expires}
 	}
 	nl := store.Lease{Session: p.Session, Owner: p.Owner, Epoch: l.Epoch + 1, Expires: p.Now.Add(p.TTL)}
 	m.leases[p.Session] = nl
@@ -88,6 +98,33 @@ func (m *Store) LeaseAcquire(_ context.Context, p *store.LeaseAcquireParams) (*s
 	// says so of its predecessor.
 	nl.Previous, nl.Released = l.Owner, l.Released
 	return &nl, nil
+}
+
+// LeaseAcquireMany implements store.Store.
+func (m *Store) LeaseAcquireMany(_ context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("acquire leases"); err != nil {
+		return nil, err
+	}
+	if m.fail != nil {
+		return nil, fmt.Errorf("acquire %d leases: %w", len(p.Sessions), m.fail)
+	}
+	res := &store.LeaseAcquireManyResult{}
+	seen := make(map[string]bool, len(p.Sessions))
+	for _, sess := range p.Sessions {
+		if seen[sess] {
+			continue
+		}
+		seen[sess] = true
+		l, held := m.acquire(&store.LeaseAcquireParams{Session: sess, Owner: p.Owner, TTL: p.TTL, Now: p.Now})
+		if held != nil {
+			res.Held = append(res.Held, *held)
+			continue
+		}
+		res.Leases = append(res.Leases, *l)
+	}
+	return res, nil
 }
 
 // LeaseRenew implements store.Store.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/vigilrun/vigil/store/internal/textlist"
@@ -95,6 +96,73 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		return nil, err
 	}
 	return l, nil
+}
+
+// LeaseAcquireMany implements store.Store: one upsert of every lease, in
+// session order (the order LeaseRenew locks them in), and one read of the
+// holders of those it could not take.
+func (s *Store) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+	var e enc
+	now, expires := e.time(p.Now), e.time(p.Now.Add(p.TTL))
+	if e.err != nil {
+		return nil, fmt.Errorf("acquire leases for %s: %w", p.Owner, e.err)
+	}
+	sessions := slices.Clone(p.Sessions)
+	slices.Sort(sessions)
+	sessions = slices.Compact(sessions)
+	var res *store.LeaseAcquireManyResult
+	err := s.write1(ctx, fmt.Sprintf("acquire %d leases for %s", len(sessions), p.Owner), func() error {
+		res = &store.LeaseAcquireManyResult{}
+		if len(sessions) == 0 {
+			return nil
+		}
+		granted := make(map[string]bool, len(sessions))
+		err := s.collect(ctx, `WITH prev AS (SELECT session, owner, expires FROM leases WHERE session = ANY($1::text[]))
+			INSERT INTO leases (session, owner, epoch, expires) SELECT r.session, $2, 1, $3 FROM unnest($1::text[]) AS r (session) ORDER BY r.session
+			ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
+			WHERE leases.owner = excluded.owner OR leases.expires <= $4
+			RETURNING leases.session, leases.epoch, (SELECT owner FROM prev WHERE prev.session = leases.session),
+				(SELECT expires FROM prev WHERE prev.session = leases.session)`,
+			[]any{sessions, p.Owner, expires, now}, func(rows pgx.Rows) error {
+				var l store.Lease
+				var prev *string
+				var prevExp *int64
+				if err := rows.Scan(&l.Session, &l.Epoch, &prev, &prevExp); err != nil {
+					return err
+				}
+				l.Owner, l.Expires = p.Owner, p.Now.Add(p.TTL)
+				if prev != nil {
+					l.Previous = *prev
+				}
+				l.Released = prevExp != nil && *prevExp == releasedMark
+				granted[l.Session] = true
+				res.Leases = append(res.Leases, l)
+				return nil
+			})
+		if err != nil || len(granted) == len(sessions) {
+			return err
+		}
+		var held []string
+		for _, sess := range sessions {
+			if !granted[sess] {
+				held = append(held, sess)
+			}
+		}
+		return s.collect(ctx, `SELECT session, owner, expires FROM leases WHERE session = ANY($1::text[])`, []any{held}, func(rows pgx.Rows) error {
+			var h store.LeaseHeldError
+			var exp *int64
+			if err := rows.Scan(&h.Session, &h.Owner, &exp); err != nil {
+				return err
+			}
+			h.Expires = fromNanos(exp)
+			res.Held = append(res.Held, h)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // LeaseRenew implements store.Store: one UPDATE for all the leases.

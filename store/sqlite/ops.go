@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,86 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		return nil, err
 	}
 	return l, nil
+}
+
+// LeaseAcquireMany implements store.Store: per 500 sessions, one read of
+// their leases and one upsert, all in one transaction.
+func (s *Store) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+	var e enc
+	now, expires := e.time(p.Now), e.time(p.Now.Add(p.TTL))
+	if e.err != nil {
+		return nil, fmt.Errorf("acquire leases for %s: %w", p.Owner, e.err)
+	}
+	sessions := slices.Clone(p.Sessions)
+	slices.Sort(sessions)
+	sessions = slices.Compact(sessions)
+	var res *store.LeaseAcquireManyResult
+	err := s.write(ctx, fmt.Sprintf("acquire %d leases for %s", len(sessions), p.Owner), func(w *writer) error {
+		res = &store.LeaseAcquireManyResult{}
+		for chunk := range slices.Chunk(sessions, renewChunk) {
+			// The holders before, read in the writer's transaction.
+			type holder struct {
+				owner   string
+				expires sql.NullInt64
+			}
+			prev := make(map[string]holder, len(chunk))
+			args := make([]any, 0, 3*len(chunk)+1)
+			for _, sess := range chunk {
+				args = append(args, sess)
+			}
+			q := w.cachedQuery("leases", "holders", len(chunk), func() string {
+				return "SELECT session, owner, expires FROM leases WHERE session IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + ")"
+			})
+			if err := w.query(q, args, func(rows *sql.Rows) error {
+				var sess string
+				var h holder
+				if err := rows.Scan(&sess, &h.owner, &h.expires); err != nil {
+					return err
+				}
+				prev[sess] = h
+				return nil
+			}); err != nil {
+				return err
+			}
+			args = args[:0]
+			for _, sess := range chunk {
+				args = append(args, sess, p.Owner, expires)
+			}
+			args = append(args, now)
+			q = w.cachedQuery("leases", "acquire", len(chunk), func() string {
+				return strings.ReplaceAll(valuesQuery("INSERT INTO leases (session, owner, expires, epoch) VALUES ", 3, len(chunk)), "?)", "?, 1)") +
+					` ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, expires = excluded.expires
+					WHERE leases.owner = excluded.owner OR leases.expires <= ? RETURNING session, epoch`
+			})
+			granted := make(map[string]bool, len(chunk))
+			if err := w.query(q, args, func(rows *sql.Rows) error {
+				var sess string
+				var epoch int64
+				if err := rows.Scan(&sess, &epoch); err != nil {
+					return err
+				}
+				granted[sess] = true
+				h := prev[sess]
+				res.Leases = append(res.Leases, store.Lease{Session: sess, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL),
+					Previous: h.owner, Released: h.expires.Valid && h.expires.Int64 == releasedMark})
+				return nil
+			}); err != nil {
+				return err
+			}
+			w.g.rows += int64(len(granted))
+			for _, sess := range chunk {
+				if !granted[sess] {
+					h := prev[sess]
+					res.Held = append(res.Held, store.LeaseHeldError{Session: sess, Owner: h.owner, Expires: fromNanos(h.expires)})
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // renewChunk bounds the leases one renewal statement carries (two

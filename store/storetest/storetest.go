@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LeaseSteal", testLeaseSteal},
 		{"LeaseRelease", testLeaseRelease},
 		{"LeaseRenewMany", testLeaseRenewMany},
+		{"LeaseAcquireMany", testLeaseAcquireMany},
 		{"ProjectionOnly", testProjectionOnly},
 		{"Fencing", testFencing},
 		{"ConcurrentSessions", testConcurrentSessions},
@@ -762,6 +763,72 @@ func testLeaseRenewMany(t *testing.T, s store.Store) {
 	// An empty renewal is no error.
 	if res, err := s.LeaseRenew(ctx, &store.LeaseRenewParams{Owner: "A", TTL: ttl, Now: now}); err != nil || len(res.Renewed)+len(res.Lost) != 0 {
 		t.Errorf("empty renewal: %+v, %v", res, err)
+	}
+}
+
+// testLeaseAcquireMany acquires many leases for one owner at once: as
+// LeaseAcquire would one by one, each new, expired, released or already
+// its own lease is granted (with the holder before, and whether it
+// released it), and each another owner holds is reported held, untouched.
+func testLeaseAcquireMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const n = 1200 // more than one statement's worth in a backend that chunks
+	var sessions []string
+	for i := range n {
+		sessions = append(sessions, fmt.Sprintf("m%04d", i))
+	}
+	// m0000 is held by B; m0001 was B's and expired; m0002 was released
+	// by B; m0003 is A's own; the rest are new. m0004 is named twice.
+	acquire(t, s, "m0000", "B", base.Add(time.Minute))
+	acquire(t, s, "m0001", "B", base)
+	released := acquire(t, s, "m0002", "B", base.Add(time.Minute))
+	if err := store.ReleaseOne(ctx, s, "m0002", "B", released.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	own := acquire(t, s, "m0003", "A", base)
+	now := base.Add(time.Minute + time.Second)
+	res, err := s.LeaseAcquireMany(ctx, &store.LeaseAcquireManyParams{Owner: "A", Sessions: append(slices.Clone(sessions), "m0004"), TTL: ttl, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Held) != 1 || res.Held[0].Session != "m0000" || res.Held[0].Owner != "B" || !res.Held[0].Expires.Equal(base.Add(time.Minute+ttl)) {
+		t.Errorf("held %+v, want m0000 held by B until %v", res.Held, base.Add(time.Minute+ttl))
+	}
+	if len(res.Leases) != n-1 {
+		t.Fatalf("%d leases acquired, want %d", len(res.Leases), n-1)
+	}
+	got := map[string]store.Lease{}
+	for _, l := range res.Leases {
+		if _, twice := got[l.Session]; twice {
+			t.Errorf("lease of %s acquired twice", l.Session)
+		}
+		got[l.Session] = l
+		if l.Owner != "A" || !l.Expires.Equal(now.Add(ttl)) {
+			t.Errorf("lease %+v, want A's until %v", l, now.Add(ttl))
+		}
+	}
+	for sess, want := range map[string]store.Lease{
+		"m0001": {Epoch: 2, Previous: "B"},
+		"m0002": {Epoch: 2, Previous: "B", Released: true},
+		"m0003": {Epoch: own.Epoch + 1, Previous: "A"},
+		"m0004": {Epoch: 1},
+		"m1199": {Epoch: 1},
+	} {
+		if l := got[sess]; l.Epoch != want.Epoch || l.Previous != want.Previous || l.Released != want.Released {
+			t.Errorf("lease of %s %+v, want epoch %d previous %q released %v", sess, l, want.Epoch, want.Previous, want.Released)
+		}
+	}
+	// The leases are A's: they fence, renew, and B's stays B's.
+	if _, err := s.EventAppend(ctx, &store.EventAppendParams{Session: "m0003", Epoch: own.Epoch, Records: recs("m0003", 1, 1, "x")}); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("append under A's epoch before the acquisition: %v, want ErrFenced", err)
+	}
+	appendOK(t, s, "m0005", 1, recs("m0005", 1, 1, "x"), nil)
+	if r, err := store.RenewOne(ctx, s, "m0000", "B", 1, ttl, now); err != nil || r.Epoch != 1 {
+		t.Errorf("B renews the lease A could not take: %+v, %v", r, err)
+	}
+	// Nothing asked, nothing acquired.
+	if res, err := s.LeaseAcquireMany(ctx, &store.LeaseAcquireManyParams{Owner: "A", TTL: ttl, Now: now}); err != nil || len(res.Leases)+len(res.Held) != 0 {
+		t.Errorf("empty acquisition: %+v, %v", res, err)
 	}
 }
 
