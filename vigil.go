@@ -310,21 +310,37 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			todo = append(todo, &rows[i])
 		}
 	}
-	// Each session is reserved for its takeover here first, and the
-	// leases of a chunk of them are acquired in one call as the workers
-	// come to it (before, a transaction each: with 10,000 sessions on
-	// PostgreSQL, most of Open's time).
-	jobs := make([]recoverJob, 0, len(todo))
-	for _, row := range todo {
-		t, _, err := r.reserve(core.SessionID(row.ID))
-		if errors.Is(err, errRuntimeDone) {
-			break
-		}
-		if t != nil {
-			jobs = append(jobs, recoverJob{row: row, t: t})
-		}
+	// The sessions are reserved for their takeovers and their leases
+	// acquired a chunk at a time, in one call, as the workers come to the
+	// chunk (before, a transaction each: with 10,000 sessions on
+	// PostgreSQL, most of Open's time). A cluster node's chunks are small:
+	// a request for a reserved session waits for its takeover, where it
+	// would otherwise take the session over itself.
+	chunk := acquireChunk
+	if r.cl != nil {
+		chunk = clusterAcquireChunk
 	}
-	chunks := make([]sync.Once, (len(jobs)+acquireChunk-1)/acquireChunk)
+	jobs := make([]recoverJob, len(todo))
+	for i, row := range todo {
+		jobs[i].row = row
+	}
+	chunks := make([]sync.Once, (len(jobs)+chunk-1)/chunk)
+	prepare := func(k int) {
+		part := jobs[k*chunk : min(len(jobs), (k+1)*chunk)]
+		n := 0
+		for i := range part {
+			t, _, err := r.reserve(core.SessionID(part[i].row.ID))
+			if errors.Is(err, errRuntimeDone) {
+				break
+			}
+			if t != nil {
+				part[i].t = t
+				part[n], part[i] = part[i], part[n]
+				n++
+			}
+		}
+		r.acquireLeases(ctx, part[:n])
+	}
 	var (
 		mu     sync.Mutex
 		failed error
@@ -347,20 +363,25 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 				if i >= len(jobs) {
 					return
 				}
-				id, k := core.SessionID(jobs[i].row.ID), i/acquireChunk
+				k := i / chunk
 				if done.Load() {
 					// Close cut Open short: what was not taken over is
-					// left as it was, its lease given up if its chunk's
-					// were acquired (the Once orders that read).
+					// left as it was, its lease given up if its chunk was
+					// prepared (the Once orders these reads).
 					chunks[k].Do(func() {})
-					if l := jobs[i].lease; l != nil {
-						r.giveUp(l, errRuntimeDone)
+					if j := jobs[i]; j.t != nil {
+						if j.lease != nil {
+							r.giveUp(j.lease, errRuntimeDone)
+						}
+						r.finishReserved(core.SessionID(j.row.ID), j.t, nil, errRuntimeDone)
 					}
-					r.finishReserved(id, jobs[i].t, nil, errRuntimeDone)
 					continue
 				}
-				chunks[k].Do(func() { r.acquireLeases(ctx, jobs[k*acquireChunk:min(len(jobs), (k+1)*acquireChunk)]) })
-				row := jobs[i].row
+				chunks[k].Do(func() { prepare(k) })
+				if jobs[i].t == nil {
+					continue // running here already, or being taken over
+				}
+				id, row := core.SessionID(jobs[i].row.ID), jobs[i].row
 				if r.cl != nil {
 					// A live owner may write the session's rows after the
 					// listing, until its lease ends: this takeover reads
@@ -400,8 +421,11 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 
 // acquireChunk is how many sessions' leases recoverAll acquires in one
 // call: few enough that the last of them is taken over long before its
-// lease would run out.
-const acquireChunk = 256
+// lease would run out. clusterAcquireChunk is a cluster node's.
+const (
+	acquireChunk        = 256
+	clusterAcquireChunk = 16
+)
 
 // recoverJob is a session recoverAll takes over: its row as listed, its
 // reserved takeover and, once its chunk's leases are acquired, its lease
