@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -125,6 +126,12 @@ type LeaseAcquireManyParams struct {
 	Sessions []string
 	TTL      time.Duration
 	Now      time.Time
+}
+
+// Distinct returns the sessions asked for, sorted, each once: the order a
+// backend locks their rows in.
+func (p *LeaseAcquireManyParams) Distinct() []string {
+	return slices.Compact(slices.Sorted(slices.Values(p.Sessions)))
 }
 
 // LeaseAcquireManyResult reports an acquisition of many leases. Every

@@ -76,24 +76,7 @@ var simTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // entry up to none cut at all; a snapshot with a section missing, cut
 // short or of an unknown kind is refused, not half decoded.
 func TestSectionsJoin(t *testing.T) {
-	ctx := context.Background()
-	st := memstore.New()
-	id, err := bench.Generate(ctx, st, 20_000, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := st.EventList(ctx, &store.EventListParams{Session: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := core.NewState()
-	for _, r := range recs {
-		body, err := core.DecodeBody(r.Type, r.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		core.Apply(s, core.Event{Seq: r.Seq, At: r.At, Body: body})
-	}
+	s := generated(t, 20_000)()
 	want, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -135,27 +118,7 @@ func TestSectionsJoin(t *testing.T) {
 // decoded session took 43% more heap (145 against 84 MB for 10,000 idle
 // sessions after a restart).
 func TestDecodedStateFits(t *testing.T) {
-	ctx := context.Background()
-	st := memstore.New()
-	id, err := bench.Generate(ctx, st, 300, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := st.EventList(ctx, &store.EventListParams{Session: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replay := func() *core.State {
-		s := core.NewState()
-		for _, r := range recs {
-			body, err := core.DecodeBody(r.Type, r.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			core.Apply(s, core.Event{Seq: r.Seq, At: r.At, Body: body})
-		}
-		return s
-	}
+	replay := generated(t, 300)
 	b, err := snapshot.Encode(replay())
 	if err != nil {
 		t.Fatal(err)
@@ -183,9 +146,37 @@ func TestDecodedStateFits(t *testing.T) {
 	}
 	decoded := (heap() - h0) / n
 	runtime.KeepAlive(keep)
-	t.Logf("a state of %d events: %d bytes replayed, %d decoded from its snapshot of %d bytes", len(recs), replayed, decoded, len(b))
+	t.Logf("a state of %d events: %d bytes replayed, %d decoded from its snapshot of %d bytes", keep[0].Seq, replayed, decoded, len(b))
 	if decoded > replayed*6/5 {
 		t.Errorf("a state decoded from its snapshot holds %d bytes, replayed %d: more than a fifth more", decoded, replayed)
+	}
+}
+
+// generated writes a session of at least n events (bench.Generate: a
+// main agent and ten workers) and returns a function that rebuilds its
+// state from its events, each call a new one.
+func generated(t *testing.T, n int) func() *core.State {
+	t.Helper()
+	ctx := context.Background()
+	st := memstore.New()
+	id, err := bench.Generate(ctx, st, n, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.EventList(ctx, &store.EventListParams{Session: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *core.State {
+		s := core.NewState()
+		for _, r := range recs {
+			body, err := core.DecodeBody(r.Type, r.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			core.Apply(s, core.Event{Seq: r.Seq, At: r.At, Body: body})
+		}
+		return s
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/vigilrun/vigil/store/internal/textlist"
@@ -107,9 +106,7 @@ func (s *Store) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyP
 	if e.err != nil {
 		return nil, fmt.Errorf("acquire leases for %s: %w", p.Owner, e.err)
 	}
-	sessions := slices.Clone(p.Sessions)
-	slices.Sort(sessions)
-	sessions = slices.Compact(sessions)
+	sessions := p.Distinct()
 	var res *store.LeaseAcquireManyResult
 	err := s.write1(ctx, fmt.Sprintf("acquire %d leases for %s", len(sessions), p.Owner), func() error {
 		res = &store.LeaseAcquireManyResult{}
