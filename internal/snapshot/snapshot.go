@@ -287,12 +287,7 @@ func (sec *section) decode() {
 	case kindBase:
 		sec.state = core.NewState()
 		if sec.err = json.Unmarshal(sec.data, sec.state); sec.err == nil {
-			for _, a := range sec.state.Agents {
-				for i := range a.Runs {
-					r := &a.Runs[i]
-					r.Items, r.Answered, r.Returned = fit(r.Items), fit(r.Answered), fit(r.Returned)
-				}
-			}
+			fitState(sec.state)
 		}
 	case kindTranscript:
 		if sec.err = json.Unmarshal(sec.data, &sec.messages); sec.err == nil {
@@ -307,6 +302,25 @@ func (sec *section) decode() {
 			for _, n := range sec.notes {
 				n.Answered, n.LiveTasks = fit(n.Answered), fit(n.LiveTasks)
 			}
+		}
+	}
+}
+
+// fitState fits the slices of a decoded base section (fit): those of the
+// state, its session and its agents (with their runs and inbox items).
+func fitState(s *core.State) {
+	s.Order, s.TaskOrder, s.NoteOrder = fit(s.Order), fit(s.TaskOrder), fit(s.NoteOrder)
+	p := &s.Session.Permissions
+	s.Session.Dirs, p.Allow, p.Deny = fit(s.Session.Dirs), fit(p.Allow), fit(p.Deny)
+	for _, a := range s.Agents {
+		a.Inbox, a.Runs, a.Carried = fit(a.Inbox), fit(a.Runs), fit(a.Carried)
+		for i := range a.Runs {
+			r := &a.Runs[i]
+			r.Items, r.Answered, r.Returned = fit(r.Items), fit(r.Answered), fit(r.Returned)
+		}
+		if r := a.Run; r != nil {
+			r.Items, r.Unseen, r.Returned, r.Answered = fit(r.Items), fit(r.Unseen), fit(r.Returned), fit(r.Answered)
+			r.Delivered, r.Tools, r.PendingSends = fit(r.Delivered), fit(r.Tools), fit(r.PendingSends)
 		}
 	}
 }
