@@ -73,3 +73,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncode: a step of a busy session's size (14 records of some 190
+// bytes: what a notification costs), encoded into a new value as the
+// stores do.
+func BenchmarkEncode(b *testing.B) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	recs := make([]store.Record, 14)
+	for i := range recs {
+		recs[i] = store.Record{Seq: int64(i + 1), At: at, Type: "transcript.appended", Data: bytes.Repeat([]byte("x"), 190)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Encode(nil, recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
