@@ -19,7 +19,7 @@ func TestBenchLoadAndIdle(t *testing.T) {
 	}
 	s := out.String()
 	t.Log(s)
-	for _, want := range []string{"wake p99", "rows/notif", "ceil rows/s", "ceil commit p99", "idle: 3 sessions on memory", "idle: 3 sessions on sqlite-full", "Open of 3 sessions"} {
+	for _, want := range []string{"wake p99", "rows/notif", "ceil rows/s", "ceil commit p99", "by time", "idle: 3 sessions on memory", "idle: 3 sessions on sqlite-full", "Open of 3 sessions"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -27,12 +27,12 @@ func TestBenchLoadAndIdle(t *testing.T) {
 	rows := 0
 	for line := range strings.Lines(s) {
 		f := strings.Fields(line)
-		if len(f) == 18 && (f[0] == "memory" || f[0] == "sqlite-full") {
+		if len(f) == 19 && (f[0] == "memory" || f[0] == "sqlite-full") {
 			rows++
-			if f[0] == "memory" && (f[9] != "n/a" || f[14] != "n/a") {
+			if f[0] == "memory" && (f[9] != "n/a" || f[14] != "n/a" || f[15] != "n/a") {
 				t.Errorf("memory has a disk ceiling: %s", line)
 			}
-			if f[0] == "sqlite-full" && (f[9] == "n/a" || !strings.HasSuffix(f[14], "ms") || f[14] == "0.00ms") {
+			if f[0] == "sqlite-full" && (f[9] == "n/a" || !strings.HasSuffix(f[14], "ms") || f[14] == "0.00ms" || !strings.HasSuffix(f[15], "ms") || f[15] == "0.00ms") {
 				t.Errorf("sqlite has no disk ceiling or no commit latency: %s", line)
 			}
 		}
