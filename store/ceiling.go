@@ -26,12 +26,12 @@ type Ceiling struct {
 	// durable step waits for, and how far the disk's own tail reaches.
 	CommitP50, CommitP99, CommitMax time.Duration
 	// CommitP99ByTime is the 99th percentile of the single-row commits'
-	// latencies weighted by their length: the length of the commit that a
-	// moment picked at random falls in, 99 times in 100. A write that
-	// arrives at a random moment waits for that commit to end, then for
-	// its own; a disk whose few slow commits take much of its time (an
-	// fsync stalled for 50 ms among thousands of 0.3 ms ones) shows it
-	// here, where CommitP99, counting commits, hides it.
+	// latencies weighted by their length: a moment picked at random falls,
+	// 1 time in 100, in a commit at least this long. A write that arrives
+	// then waits for that commit to end, then for its own; a disk whose few
+	// slow commits take much of its time (an fsync stalled for 50 ms among
+	// thousands of 0.3 ms ones) shows it here, where CommitP99, counting
+	// commits, hides it.
 	CommitP99ByTime time.Duration
 	// Commits and Rows are how many single-row commits and batched rows
 	// the measurement made.

@@ -154,7 +154,9 @@ func (s *Store) write(ctx context.Context, what string, fn func(w *writer) error
 // busy sessions on two cores (BenchmarkLoad's think variant) a caller's
 // wait from its answer to running again was p50 100-140 µs and p99
 // 6-8 ms; after the yield 18-20 µs and 2-2.6 ms. The next group is
-// no smaller: the answered callers queue their next writes meanwhile.
+// larger, not smaller: the answered callers queue their next writes
+// meanwhile (100 saturated sessions: 890 commits/s before, 101-119
+// after, for as many notifications).
 func (s *Store) loop() {
 	defer close(s.done)
 	group := make([]*job, 0, maxGroup)
