@@ -111,12 +111,7 @@ func (m *Store) LeaseAcquireMany(_ context.Context, p *store.LeaseAcquireManyPar
 		return nil, fmt.Errorf("acquire %d leases: %w", len(p.Sessions), m.fail)
 	}
 	res := &store.LeaseAcquireManyResult{}
-	seen := make(map[string]bool, len(p.Sessions))
-	for _, sess := range p.Sessions {
-		if seen[sess] {
-			continue
-		}
-		seen[sess] = true
+	for _, sess := range p.Distinct() {
 		l, held := m.acquire(&store.LeaseAcquireParams{Session: sess, Owner: p.Owner, TTL: p.TTL, Now: p.Now})
 		if held != nil {
 			res.Held = append(res.Held, *held)
