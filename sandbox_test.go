@@ -17,6 +17,22 @@ import (
 // By default an agent's commands and file tools run in workspace-write:
 // they write the session's directory, not what lies outside it, not its
 // .git, and not vigil's data; in bypass mode too, where no rule is asked.
+// needWorkspaceSandbox skips, loudly, unless VIGIL_TEST_STRICT=1, when
+// rt's default sandbox is not workspace-write with read-only paths inside
+// the workspace: no sandbox at all, or Landlock without bubblewrap, which
+// leaves .git and protected paths writable (rt says so in its warning).
+func needWorkspaceSandbox(t *testing.T, rt *Runtime) {
+	t.Helper()
+	iso := rt.Isolation()
+	if iso.Sandbox == string(sandbox.WorkspaceWrite) && !iso.WritableGit {
+		return
+	}
+	if os.Getenv("VIGIL_TEST_STRICT") == "1" {
+		t.Fatalf("the default sandbox here is %s, writable .git %v: %s", iso.Sandbox, iso.WritableGit, iso.Warning)
+	}
+	t.Skipf("SKIP: no sandbox that keeps paths inside the workspace read-only on this machine (%s; %s)", iso.Kernel, iso.Warning)
+}
+
 func TestSandboxByDefault(t *testing.T) {
 	cwd, outside := t.TempDir(), t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(cwd, ".git", "hooks"), 0o755))
@@ -40,12 +56,7 @@ agents:
 	}
 	must(t, os.WriteFile(filepath.Join(data, "token"), []byte("SECRET-TOKEN"), 0o600))
 	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.DataDir = data })
-	if iso := rt.Isolation(); iso.Sandbox != string(sandbox.WorkspaceWrite) {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatalf("the default sandbox is %s here: %s", iso.Sandbox, iso.Warning)
-		}
-		t.Skipf("SKIP: no sandbox on this machine (%s)", iso.Kernel)
-	}
+	needWorkspaceSandbox(t, rt)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: cwd, Permissions: Permissions{Mode: PermBypass}})
@@ -97,12 +108,7 @@ agents:
 `))
 	must(t, err)
 	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.Sandbox.Protect = []string{conf} })
-	if rt.Isolation().Sandbox != string(sandbox.WorkspaceWrite) {
-		if os.Getenv("VIGIL_TEST_STRICT") == "1" {
-			t.Fatalf("no sandbox here: %s", rt.Isolation().Warning)
-		}
-		t.Skipf("SKIP: no sandbox on this machine (%s)", rt.Isolation().Kernel)
-	}
+	needWorkspaceSandbox(t, rt)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sess, err := rt.CreateSession(ctx, &SessionParams{Prompt: "go", Cwd: link, Permissions: Permissions{Mode: PermBypass}})

@@ -43,8 +43,19 @@ func Main() {
 	os.Exit(helperFailed)
 }
 
-// landlockArgs returns the helper argv for layout l.
+// errHelperSkipped is landlockArgs' refusal in a process that was started
+// as the helper but did not run it.
+var errHelperSkipped = errors.New("sandbox: this process was started as the Landlock helper but did not run it " +
+	"(its main, or TestMain, must call sandbox.Main first); it starts no helper of its own")
+
+// landlockArgs returns the helper argv for layout l. A process started as
+// the helper that went on with its own main instead (a test binary whose
+// TestMain does not call Main runs its tests) gets errHelperSkipped: its
+// commands would start it again, and again, without end.
 func landlockArgs(exe string, l layout, argv []string) ([]string, error) {
+	if len(os.Args) > 1 && os.Args[1] == helperArg {
+		return nil, errHelperSkipped
+	}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode policy: %w", err)

@@ -647,3 +647,21 @@ func gitWorktree(t *testing.T, main, wt string) {
 	git(main, "commit", "-q", "--allow-empty", "-m", "first")
 	git(main, "worktree", "add", "-q", wt)
 }
+
+// TestLandlockHelperNotRun: a process started as the Landlock helper that
+// ran its own main instead (a test binary without sandbox.Main in its
+// TestMain runs its tests) starts no helper of its own; each would start
+// the binary again, without end.
+func TestLandlockHelperNotRun(t *testing.T) {
+	r := sandbox.Report{Landlock: 7, Seccomp: true, Executable: "/usr/bin/vigil"}
+	p := sandbox.Policy{Mode: sandbox.ReadOnly}
+	if _, err := sandbox.Command(p, r, "/", []string{"true"}); err != nil {
+		t.Fatalf("as vigil: %v", err)
+	}
+	args := os.Args
+	t.Cleanup(func() { os.Args = args })
+	os.Args = []string{args[0], "__vigil-sandbox", `{"mode":"read-only"}`, "--", "true"}
+	if argv, err := sandbox.Command(p, r, "/", []string{"true"}); err == nil || !strings.Contains(err.Error(), "did not run it") {
+		t.Fatalf("as a helper that did not run: %v, %v; want a refusal", argv, err)
+	}
+}

@@ -10,11 +10,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vigilrun/vigil/internal/sandbox"
 )
 
 // The test binary doubles as a fake CLI for the process tests: run with
 // FAKE_CLAUDE=1 it plays a few scripted behaviours instead of the tests.
 func TestMain(m *testing.M) {
+	sandbox.Main() // the tests' commands run in the sandbox
 	if os.Getenv("FAKE_CLAUDE") == "1" {
 		os.Exit(fakeCLI())
 	}

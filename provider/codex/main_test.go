@@ -9,12 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vigilrun/vigil/internal/sandbox"
 )
 
 // The test binary doubles as a fake app-server for the lifecycle tests:
 // run with FAKE_CODEX=1 it plays a few scripted behaviours instead of the
 // tests.
 func TestMain(m *testing.M) {
+	sandbox.Main() // the tests' commands run in the sandbox
 	if os.Getenv("FAKE_CODEX") == "1" {
 		os.Exit(fakeAppServer())
 	}
