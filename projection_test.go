@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -309,43 +310,150 @@ func TestProjLagSpread(t *testing.T) {
 	}
 }
 
-// TestCleanStopSavesSnapshot: a clean stop saves a snapshot of a session
-// with stopSnapshotMin events or more since its last one, so that the
-// next owner reads it instead of replaying them; a session with fewer
-// gets none, and the next owner replays those few.
+// slowScenario's main agent answers a prompt after an hour: while it
+// thinks, its session is not quiescent.
+const slowScenario = "name: slow\nagents:\n  main:\n    turns:\n      - delay: 1h\n        say: \"done\"\n"
+
+// TestCleanStopSavesSnapshot: a clean stop saves a snapshot of each
+// session behind its last one (any event since, and one per KiB of it),
+// so that the next owner reads it instead of replaying them; a large
+// session a few events behind gets none, and the next owner replays those
+// few. The sessions are not quiescent (their model calls are in flight),
+// so they save none at rest.
 func TestCleanStopSavesSnapshot(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
-	rt := openWith(t, st, mustParse(t, idleScenario), nil)
-	busy, err := rt.CreateSession(ctx, &SessionParams{})
+	rt := openWith(t, st, mustParse(t, slowScenario), nil)
+	busy, err := rt.CreateSession(ctx, &SessionParams{Prompt: "think"})
 	must(t, err)
-	quiet, err := rt.CreateSession(ctx, &SessionParams{})
+	// A prompt of 256 KiB: its transcript keeps the state that large.
+	large, err := rt.CreateSession(ctx, &SessionParams{Prompt: strings.Repeat("big ", 64<<10)})
 	must(t, err)
-	for i := range stopSnapshotMin / 2 {
+	for i := range 32 {
 		must(t, rt.Hold(ctx, busy.ID, &HoldParams{By: "test", Reason: fmt.Sprint(i)}))
 		must(t, rt.Resume(ctx, busy.ID, "test"))
 	}
-	must(t, rt.Hold(ctx, quiet.ID, &HoldParams{By: "test"}))
+	if snap, err := st.SnapshotLoad(ctx, string(busy.ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a session that is not at rest got a snapshot: %+v, %v", snap, err)
+	}
+	// snapped checks that id's snapshot is at its last seq, and returns it.
+	snapped := func(id SessionID, when string) *store.Snapshot {
+		t.Helper()
+		last, err := st.LastSeq(ctx, string(id))
+		must(t, err)
+		snap, err := st.SnapshotLoad(ctx, string(id))
+		if err != nil || snap.Seq != last {
+			t.Fatalf("%s: snapshot of %s %+v, %v; want one at its last seq %d", when, id, snap, err, last)
+		}
+		return snap
+	}
 	must(t, rt.Close())
-	last, err := st.LastSeq(ctx, string(busy.ID))
-	must(t, err)
-	snap, err := st.SnapshotLoad(ctx, string(busy.ID))
-	if err != nil || snap.Seq != last {
-		t.Fatalf("the busy session's snapshot after a clean stop: %+v, %v; want one at its last seq %d", snap, err, last)
-	}
-	if snap, err := st.SnapshotLoad(ctx, string(quiet.ID)); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("a session of a few events got a snapshot at the stop: %+v, %v", snap, err)
-	}
-	// The next owner starts from it, and the state is whole.
-	rt = openWith(t, st, mustParse(t, idleScenario), nil)
+	snapped(busy.ID, "after a clean stop")
+	largeSnap := snapped(large.ID, "after a clean stop")
+
+	// The next owner starts from them, commits its recovery step and
+	// stops: the small session is snapshotted again, the large one,
+	// behind by fewer events than its size in KiB, is not.
+	rt = openWith(t, st, mustParse(t, slowScenario), nil)
 	s, err := rt.SessionStatus(ctx, busy.ID)
 	must(t, err)
 	if s.Hold != nil {
 		t.Errorf("the busy session after the restart: held %+v, want released", s.Hold)
 	}
-	s, err = rt.SessionStatus(ctx, quiet.ID)
+	must(t, rt.Close())
+	snapped(busy.ID, "after the second clean stop")
+	last, err := st.LastSeq(ctx, string(large.ID))
+	must(t, err)
+	snap, err := st.SnapshotLoad(ctx, string(large.ID))
+	must(t, err)
+	if last == largeSnap.Seq || snap.Seq != largeSnap.Seq {
+		t.Errorf("the large session after the second stop: last seq %d, snapshot at %d (was %d); want the old one, a few events behind", last, snap.Seq, largeSnap.Seq)
+	}
+}
+
+// TestSnapshotAtRest: a commit that leaves a session quiescent saves a
+// snapshot once restSnapshotMin events or more passed since the last one,
+// and one per KiB of the last snapshot when that is more, so that a
+// restart after a crash (which saves nothing at stop) replays fewer than
+// restSnapshotMin events of an idle session, and a large idle state is
+// not written again every restSnapshotMin events.
+func TestSnapshotAtRest(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	small, err := rt.CreateSession(ctx, &SessionParams{Prompt: "hi"})
+	must(t, err)
+	// A prompt of 256 KiB: its transcript keeps the state that large.
+	large, err := rt.CreateSession(ctx, &SessionParams{Prompt: strings.Repeat("big ", 64<<10)})
+	must(t, err)
+	must(t, rt.WaitQuiescent(ctx, small.ID))
+	must(t, rt.WaitQuiescent(ctx, large.ID))
+	// inputs sends n events to id, holds and resumes in turn, and returns
+	// the session's last seq and its snapshot's seq (0: none).
+	sent := map[SessionID]int{}
+	inputs := func(id SessionID, n int) (last, snapped int64) {
+		t.Helper()
+		for range n {
+			sent[id]++
+			if sent[id]%2 == 1 {
+				must(t, rt.Hold(ctx, id, &HoldParams{By: "test"}))
+			} else {
+				must(t, rt.Resume(ctx, id, "test"))
+			}
+		}
+		must(t, rt.WaitQuiescent(ctx, id))
+		last, err := st.LastSeq(ctx, string(id))
+		must(t, err)
+		snap, err := st.SnapshotLoad(ctx, string(id))
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return last, 0
+		case err != nil:
+			t.Fatal(err)
+		}
+		return last, snap.Seq
+	}
+
+	for range 3 {
+		last, snapped := inputs(small.ID, restSnapshotMin)
+		if last-snapped >= restSnapshotMin {
+			t.Fatalf("small session at rest: last seq %d, snapshot at %d; want fewer than %d events after it", last, snapped, restSnapshotMin)
+		}
+	}
+
+	last, snapped := inputs(large.ID, restSnapshotMin)
+	if snapped == 0 || last-snapped >= restSnapshotMin {
+		t.Fatalf("large session's first snapshot at rest: last seq %d, snapshot at %d", last, snapped)
+	}
+	snap, err := st.SnapshotLoad(ctx, string(large.ID))
+	must(t, err)
+	every := len(snap.Data) / 1024 // events per snapshot of this size
+	if every <= 2*restSnapshotMin {
+		t.Fatalf("large session's snapshot is %d bytes; the test needs more than %d KiB", len(snap.Data), 2*restSnapshotMin)
+	}
+	first := snapped
+	last, snapped = inputs(large.ID, every-int(last-first)-1)
+	if snapped != first {
+		t.Fatalf("large session: a new snapshot at %d after %d events, before one per KiB of the last (%d)", snapped, last-first, every)
+	}
+	last, snapped = inputs(large.ID, 2)
+	if snapped == first || last-snapped >= restSnapshotMin {
+		t.Fatalf("large session: last seq %d, snapshot at %d after %d events; want a new one at rest past %d", last, snapped, last-first, every)
+	}
+
+	// A crash: the store takes no more writes, so the stop saves nothing.
+	// The next owner reads the snapshots and replays the few events after.
+	last, _ = inputs(small.ID, 3)
+	st.FailWrites(store.ErrUnavailable)
+	must(t, rt.Close())
+	st.FailWrites(nil)
+	if got, err := st.LastSeq(ctx, string(small.ID)); err != nil || got != last {
+		t.Fatalf("the crashed runtime wrote at its stop: last seq %d -> %d, %v", last, got, err)
+	}
+	rt = openWith(t, st, mustParse(t, idleScenario), nil)
+	s, err := rt.SessionStatus(ctx, small.ID)
 	must(t, err)
 	if s.Hold == nil {
-		t.Errorf("the quiet session after the restart is not held")
+		t.Errorf("the small session after the crash is not held (its last input was a hold)")
 	}
 }

@@ -85,6 +85,9 @@ type Options struct {
 	NewID func() string
 	// SnapshotEvery saves a state snapshot after this many events (5000),
 	// or after one event per KiB of the last snapshot when that is more.
+	// A session also saves one at rest (a commit that leaves it quiescent
+	// 16 events or more after its last snapshot) and at a clean stop, at
+	// the same KiB per event at most.
 	SnapshotEvery int
 	// Observer, when set, is told about runtime events (for metrics).
 	Observer Observer
@@ -581,6 +584,11 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 	}
 	r.log.Info("session recovered", "session", id, "seq", s.Seq, "events", len(out.Events))
 	a.after(out.Events, out.Effects)
+	// Snapshots go on at the pace of the one it read: the events after it
+	// count, and its size. Counted only now, so that Open does not save
+	// snapshots: the session's next commit at rest does.
+	a.sinceSnap += int(tail.End - tail.After)
+	a.snapBytes = tail.SnapBytes
 	a.start()
 	return a, nil
 }
@@ -643,9 +651,11 @@ func loadState(ctx context.Context, st store.Store, id string) (*core.State, err
 // logTail is what loadStateTail read of a session's log after its
 // snapshot: the events after seq After, up to End, where the log ended
 // then. Events is nil when there were more than one page of them.
+// SnapBytes is the snapshot's size (0: none).
 type logTail struct {
 	After, End int64
 	Events     []core.Event
+	SnapBytes  int
 }
 
 // loadStateTail is loadState that also returns the events it read after
@@ -653,17 +663,19 @@ type logTail struct {
 // reads them otherwise.
 func loadStateTail(ctx context.Context, st store.Store, id string) (*core.State, *logTail, error) {
 	s := core.NewState()
+	snapBytes := 0
 	snap, err := st.SnapshotLoad(ctx, id)
 	switch {
 	case err == nil:
 		if err := decodeState(snap.Data, s); err != nil {
 			return nil, nil, fmt.Errorf("decode snapshot at %d: %w", snap.Seq, err)
 		}
+		snapBytes = len(snap.Data)
 	case errors.Is(err, store.ErrNotFound):
 	default:
 		return nil, nil, fmt.Errorf("load snapshot: %w", err)
 	}
-	tail := &logTail{After: s.Seq}
+	tail := &logTail{After: s.Seq, SnapBytes: snapBytes}
 	for page := 0; ; page++ {
 		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: 10_000})
 		if err != nil {

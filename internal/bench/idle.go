@@ -11,11 +11,13 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigilrun/vigil"
 	"github.com/vigilrun/vigil/chat"
 	"github.com/vigilrun/vigil/provider"
+	"github.com/vigilrun/vigil/store"
 )
 
 // The inputs Idle can send (Config.IdleInput).
@@ -83,12 +85,16 @@ type IdleResult struct {
 	// Create is how long creating the sessions took, until each was
 	// quiescent; InputsTook how long the inputs took.
 	Create, InputsTook time.Duration
-	// Open is how long vigil.Open took on the same store, taking every
-	// session over (checked: each committed its recovery step).
-	Open time.Duration
+	// OpenAfterCrash is how long vigil.Open took on the same store after
+	// the first runtime crashed (its store refused every write from then
+	// on, so its stop wrote nothing: no snapshot, no lease given up),
+	// taking every session over; Open how long it took after a clean stop
+	// of that second runtime. Both are checked: each session committed
+	// its recovery step.
+	OpenAfterCrash, Open time.Duration
 	// Memory readings: before any session (after GC), after creating them
 	// (as is, then after GC), after the inputs (as is, then after GC), and
-	// after the reopen (after GC; the first runtime is closed).
+	// after the clean reopen (after GC; the earlier runtimes are closed).
 	Baseline, Created, CreatedGC, AfterInputs, AfterInputsGC, Reopened Mem
 }
 
@@ -104,9 +110,10 @@ func (r IdleResult) HeapPerSession() (created, afterInputs float64) {
 // prompt whose round ends at once: one model call answered "ok"), reads
 // the process's memory, sends every session inputs inputs of kind
 // cfg.IdleInput (none calls a model; idleParallel sessions are driven at
-// once, each session's inputs one after the other), reads it again, then
-// closes the runtime and times vigil.Open of a new one on the same store
-// until it has taken every session over.
+// once, each session's inputs one after the other), reads it again. Then
+// the runtime crashes, and Idle times vigil.Open of a new one on the same
+// store until it has taken every session over; then that one stops
+// cleanly, and Idle times the Open of a third.
 //
 // The Go heap includes whatever the store keeps in it (everything, for the
 // memory store).
@@ -122,7 +129,10 @@ func Idle(ctx context.Context, cfg Config, sessions, inputs int) (IdleResult, er
 	m := &fastModel{answer: func(*provider.Request) chat.Response {
 		return chat.Response{Content: []chat.Block{chat.Text("ok")}, StopReason: chat.StopEndTurn}
 	}}
-	rt, err := open(ctx, cfg, m)
+	crash := &crashable{Store: cfg.Store}
+	first := cfg
+	first.Store = crash
+	rt, err := open(ctx, first, m)
 	if err != nil {
 		return res, fmt.Errorf("idle: open: %w", err)
 	}
@@ -175,33 +185,132 @@ func Idle(ctx context.Context, cfg Config, sessions, inputs int) (IdleResult, er
 	res.AfterInputs = ReadMem(false)
 	res.AfterInputsGC = ReadMem(true)
 
-	// Reopen: the new runtime must take every session over in Open.
-	seqs := make([]int64, sessions)
-	rt.Close()
+	// A crash, then a clean stop: each time the new runtime must take
+	// every session over in Open.
+	crash.crash()
+	if res.OpenAfterCrash, err = reopen(ctx, cfg, m, &rt, ids); err != nil {
+		return res, fmt.Errorf("idle: after a crash: %w", err)
+	}
+	if res.Open, err = reopen(ctx, cfg, m, &rt, ids); err != nil {
+		return res, fmt.Errorf("idle: after a clean stop: %w", err)
+	}
+	res.Reopened = ReadMem(true)
+	return res, nil
+}
+
+// reopen closes *rt, opens a new runtime on cfg's store in its place and
+// returns how long Open took, checking that it took every session of ids
+// over (each committed its recovery step).
+func reopen(ctx context.Context, cfg Config, m provider.Provider, rt **vigil.Runtime, ids []vigil.SessionID) (time.Duration, error) {
+	seqs := make([]int64, len(ids))
+	(*rt).Close()
+	var err error
 	for i, id := range ids {
 		if seqs[i], err = cfg.Store.LastSeq(ctx, string(id)); err != nil {
-			return res, fmt.Errorf("idle: last seq of %s: %w", id, err)
+			return 0, fmt.Errorf("last seq of %s: %w", id, err)
 		}
 	}
-	start = time.Now()
-	rt, err = open(ctx, cfg, m)
+	start := time.Now()
+	next, err := open(ctx, cfg, m)
 	if err != nil {
-		return res, fmt.Errorf("idle: reopen: %w", err)
+		return 0, fmt.Errorf("reopen: %w", err)
 	}
-	res.Open = time.Since(start)
+	took := time.Since(start)
+	*rt = next
 	var missed []error
 	for i, id := range ids {
 		seq, err := cfg.Store.LastSeq(ctx, string(id))
 		if err != nil {
-			return res, fmt.Errorf("idle: last seq of %s: %w", id, err)
+			return took, fmt.Errorf("last seq of %s: %w", id, err)
 		}
 		if seq <= seqs[i] {
 			missed = append(missed, fmt.Errorf("session %s", id))
 		}
 	}
 	if len(missed) > 0 {
-		return res, fmt.Errorf("idle: %d of %d sessions not taken over by Open (no recovery step committed): %w", len(missed), sessions, errors.Join(missed[:min(len(missed), 5)]...))
+		return took, fmt.Errorf("%d of %d sessions not taken over by Open (no recovery step committed): %w", len(missed), len(ids), errors.Join(missed[:min(len(missed), 5)]...))
 	}
-	res.Reopened = ReadMem(true)
-	return res, nil
+	return took, nil
+}
+
+// crashable is a store whose writes all fail once crash was called, as
+// after a kill -9 of the process that wrote through it: its runtime's
+// stop then writes nothing (no snapshot, no summary rows, no lease given
+// up), and what it had committed stays as it was.
+type crashable struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *crashable) crash() { s.down.Store(true) }
+
+// refuse is the error of a write after the crash.
+func (s *crashable) refuse(what string) error {
+	if s.down.Load() {
+		return fmt.Errorf("%s after the crash: %w", what, store.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *crashable) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
+	if err := s.refuse("lease"); err != nil {
+		return nil, err
+	}
+	return s.Store.LeaseAcquire(ctx, p)
+}
+
+func (s *crashable) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+	if err := s.refuse("leases"); err != nil {
+		return nil, err
+	}
+	return s.Store.LeaseAcquireMany(ctx, p)
+}
+
+func (s *crashable) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*store.LeaseRenewResult, error) {
+	if err := s.refuse("renew"); err != nil {
+		return nil, err
+	}
+	return s.Store.LeaseRenew(ctx, p)
+}
+
+func (s *crashable) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) error {
+	if err := s.refuse("release"); err != nil {
+		return err
+	}
+	return s.Store.LeaseRelease(ctx, p)
+}
+
+func (s *crashable) EventAppend(ctx context.Context, p *store.EventAppendParams) (*store.AppendResult, error) {
+	if err := s.refuse("append"); err != nil {
+		return nil, err
+	}
+	return s.Store.EventAppend(ctx, p)
+}
+
+func (s *crashable) SnapshotSave(ctx context.Context, p *store.SnapshotSaveParams) error {
+	if err := s.refuse("snapshot"); err != nil {
+		return err
+	}
+	return s.Store.SnapshotSave(ctx, p)
+}
+
+func (s *crashable) NodeBeat(ctx context.Context, n *store.Node) error {
+	if err := s.refuse("beat"); err != nil {
+		return err
+	}
+	return s.Store.NodeBeat(ctx, n)
+}
+
+func (s *crashable) NodeLeave(ctx context.Context, id string) error {
+	if err := s.refuse("leave"); err != nil {
+		return err
+	}
+	return s.Store.NodeLeave(ctx, id)
+}
+
+func (s *crashable) OutputSave(ctx context.Context, p *store.OutputSaveParams) error {
+	if err := s.refuse("output"); err != nil {
+		return err
+	}
+	return s.Store.OutputSave(ctx, p)
 }

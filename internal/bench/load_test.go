@@ -77,7 +77,8 @@ func BenchmarkLoad(b *testing.B) {
 
 // BenchmarkIdleSessions: 1000 idle sessions on the memory store, then 100
 // hold/resume inputs to each; the Go heap each session holds and the
-// process's RSS, after GC.
+// process's RSS, after GC, and Open of them after a crash and after a
+// clean stop.
 func BenchmarkIdleSessions(b *testing.B) {
 	const sessions = 1000
 	var last IdleResult
@@ -94,6 +95,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 	b.ReportMetric(float64(last.CreatedGC.RSS)/(1<<20), "rss-MB")
 	b.ReportMetric(float64(last.AfterInputsGC.RSS)/(1<<20), "rss-MB-after-inputs")
 	b.ReportMetric(float64(last.CreatedGC.Goroutines-last.Baseline.Goroutines)/sessions, "goroutines/session")
+	b.ReportMetric(float64(last.OpenAfterCrash.Microseconds())/1000, "open-after-crash-ms")
 	b.ReportMetric(float64(last.Open.Microseconds())/1000, "open-ms")
 }
 
