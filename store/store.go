@@ -48,11 +48,45 @@ var (
 
 // Stats counts what a store wrote since it was opened: how many
 // transactions committed, how many appends they carried, and how many rows
-// they inserted or updated in all tables (the log and the projections).
+// they inserted, updated or deleted in all tables (the log and the
+// projections; a backend may count its other writes too, and says so).
 type Stats struct {
 	Commits int64
 	Appends int64
 	Rows    int64
+	// Tables breaks Rows down by table (steps, sessions, agents, runs,
+	// tasks, items, notes, ...): its values add up to Rows. nil when no
+	// row was written.
+	Tables map[string]int64
+}
+
+// Since returns what was written between before and s, two readings of one
+// store's Stats.
+func (s Stats) Since(before Stats) Stats {
+	d := Stats{Commits: s.Commits - before.Commits, Appends: s.Appends - before.Appends, Rows: s.Rows - before.Rows}
+	for t, n := range s.Tables {
+		if n -= before.Tables[t]; n != 0 {
+			if d.Tables == nil {
+				d.Tables = map[string]int64{}
+			}
+			d.Tables[t] = n
+		}
+	}
+	return d
+}
+
+// Add returns the sum of s and o: what two stores wrote.
+func (s Stats) Add(o Stats) Stats {
+	sum := Stats{Commits: s.Commits + o.Commits, Appends: s.Appends + o.Appends, Rows: s.Rows + o.Rows}
+	for _, m := range []map[string]int64{s.Tables, o.Tables} {
+		for t, n := range m {
+			if sum.Tables == nil {
+				sum.Tables = map[string]int64{}
+			}
+			sum.Tables[t] += n
+		}
+	}
+	return sum
 }
 
 // StatsReader is implemented by stores that count their writes (every

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -315,13 +318,23 @@ func benchLoad(ctx context.Context, e *env, names []string, opener func(string) 
 		fmt.Fprintf(e.stdout, "  in a commit at least this long and waits for its rest, then for its own (a disk's rare stalls can take much of its time);\n")
 		fmt.Fprintf(e.stdout, "cpu = the process's CPU time over the cell's wall time (%d cores); loadavg = the machine's, at the cell's end; took = the whole cell with its ceiling\n\n", runtime.NumCPU())
 		fmt.Fprintln(e.stdout, loadHeader())
+		var byTable []string
 		for i, name := range names {
 			for _, sessions := range lc.sessions {
-				row, err := loadCell(ctx, opens[i], name, sessions, lc)
+				row, tables, err := loadCell(ctx, opens[i], name, sessions, lc)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(e.stdout, row)
+				if tables != "" {
+					byTable = append(byTable, fmt.Sprintf("%-13s  %8d  %s", name, sessions, tables))
+				}
+			}
+		}
+		if len(byTable) > 0 {
+			fmt.Fprintf(e.stdout, "\nrows/notif by table (what each store counts: SQLite its lease writes too, PostgreSQL event_counter's row once a commit):\n")
+			for _, l := range byTable {
+				fmt.Fprintln(e.stdout, l)
 			}
 		}
 	}
@@ -375,12 +388,13 @@ func loadRow(cells []string) string {
 }
 
 // loadCell runs one cell of the load table on a fresh store and measures
-// the disk ceiling beside it.
-func loadCell(ctx context.Context, open func() (*benchStore, error), name string, sessions int, lc loadConfig) (string, error) {
+// the disk ceiling beside it. It returns the cell's row and its rows per
+// notification by table ("" when the store does not count them).
+func loadCell(ctx context.Context, open func() (*benchStore, error), name string, sessions int, lc loadConfig) (row, tables string, err error) {
 	start := time.Now()
 	bs, err := open()
 	if err != nil {
-		return fmt.Sprintf("%-13s  %8d  skipped: %v", name, sessions, err), nil
+		return fmt.Sprintf("%-13s  %8d  skipped: %v", name, sessions, err), "", nil
 	}
 	defer bs.close()
 	// The ceiling is measured just before and just after the cell, and
@@ -398,14 +412,14 @@ func loadCell(ctx context.Context, open func() (*benchStore, error), name string
 		return nil
 	}
 	if err := ceiling(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	r, err := bench.Load(ctx, bench.Config{Store: bs.st, DataDir: lc.dir, N: lc.notes, Workers: lc.workers, CPUSlots: lc.cpuSlots, Think: lc.think}, sessions)
 	if err != nil {
-		return "", fmt.Errorf("load %d sessions on %s: %w", sessions, name, err)
+		return "", "", fmt.Errorf("load %d sessions on %s: %w", sessions, name, err)
 	}
 	if err := ceiling(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	na := "n/a"
 	rate := func(v float64, ok bool) string {
@@ -440,7 +454,23 @@ func loadCell(ctx context.Context, open func() (*benchStore, error), name string
 		cells[14] = ms((a.CommitP99 + b.CommitP99) / 2)
 		cells[15] = ms((a.CommitP99ByTime + b.CommitP99ByTime) / 2)
 	}
-	return loadRow(cells), nil
+	return loadRow(cells), tableRows(r.RowsPerNoteByTable()), nil
+}
+
+// tableRows formats rows per notification by table, the most first:
+// "runs 1.51  agents 1.16 ...".
+func tableRows(by map[string]float64) string {
+	names := slices.SortedFunc(maps.Keys(by), func(a, b string) int {
+		if c := cmp.Compare(by[b], by[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.2f", n, by[n])
+	}
+	return strings.Join(parts, "  ")
 }
 
 // loadAvg is the machine's one-minute load average (/proc/loadavg), or

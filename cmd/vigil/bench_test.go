@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,24 @@ func TestBenchLoadAndIdle(t *testing.T) {
 	}
 	if rows != 4 {
 		t.Errorf("%d load rows, want 4", rows)
+	}
+	// The rows by table: a line per cell, each table with its share.
+	_, tables, ok := strings.Cut(s, "rows/notif by table")
+	if !ok {
+		t.Fatal("no rows/notif by table")
+	}
+	cells := 0
+	for line := range strings.Lines(tables) {
+		f := strings.Fields(line)
+		if len(f) > 2 && (f[0] == "memory" || f[0] == "sqlite-full") {
+			cells++
+			if !slices.Contains(f, "steps") || !slices.Contains(f, "notes") {
+				t.Errorf("a cell's rows by table lack steps or notes: %s", line)
+			}
+		}
+	}
+	if cells != 4 {
+		t.Errorf("%d cells of rows by table, want 4", cells)
 	}
 	if code := runMain(context.Background(), e, []string{"bench", "--load", "1,x"}); code != 2 {
 		t.Errorf("--load 1,x: exit %d, want 2", code)

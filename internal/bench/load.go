@@ -66,6 +66,19 @@ func (r LoadResult) RowsPerNote() (float64, bool) {
 	return float64(r.Store.Rows) / float64(r.Notifications), true
 }
 
+// RowsPerNoteByTable is RowsPerNote by table (steps, sessions, agents,
+// runs, ...); nil when the store does not count.
+func (r LoadResult) RowsPerNoteByTable() map[string]float64 {
+	if !r.HaveStats || r.Notifications == 0 || len(r.Store.Tables) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(r.Store.Tables))
+	for t, n := range r.Store.Tables {
+		out[t] = float64(n) / float64(r.Notifications)
+	}
+	return out
+}
+
 // AppendsPerNote is how many appends (committed steps) the store took per
 // delivered notification; false when the store does not count.
 func (r LoadResult) AppendsPerNote() (float64, bool) {
@@ -184,7 +197,7 @@ func loadOn(ctx context.Context, rts []*vigil.Runtime, stores []store.Store, m *
 
 	res := LoadResult{Sessions: sessions, Workers: workers, PerSession: per, Elapsed: elapsed, CPU: cpu, HaveStats: haveStats}
 	if haveStats {
-		res.Store = store.Stats{Commits: after.Commits - before.Commits, Appends: after.Appends - before.Appends, Rows: after.Rows - before.Rows}
+		res.Store = after.Since(before)
 	}
 	var problems []error
 	for i, id := range ids {
@@ -227,9 +240,7 @@ func sumStats(stores []store.Store) (store.Stats, bool) {
 		if !ok {
 			return store.Stats{}, false
 		}
-		sum.Commits += s.Commits
-		sum.Appends += s.Appends
-		sum.Rows += s.Rows
+		sum = sum.Add(s)
 	}
 	return sum, true
 }

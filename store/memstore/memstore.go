@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -212,13 +213,17 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 	m.stats.Commits++
 	m.stats.Appends++
 	if len(p.Records) > 0 {
-		m.stats.Rows++
+		m.count("steps", 1)
 	}
 	if pr := p.Projection; pr != nil {
 		if pr.Session != nil {
-			m.stats.Rows++
+			m.count("sessions", 1)
 		}
-		m.stats.Rows += int64(len(pr.Agents) + len(pr.Runs) + len(pr.Tasks) + len(pr.Items) + gone + len(pr.Notes) - len(res.DuplicateNotes))
+		m.count("agents", len(pr.Agents))
+		m.count("runs", len(pr.Runs))
+		m.count("tasks", len(pr.Tasks))
+		m.count("items", len(pr.Items)+gone)
+		m.count("notes", len(pr.Notes)-len(res.DuplicateNotes))
 	}
 	return res, nil
 }
@@ -233,7 +238,22 @@ var (
 func (m *Store) Stats() store.Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	st.Tables = maps.Clone(st.Tables)
+	return st
+}
+
+// count counts n rows written to table, as a database would: with m.mu
+// held.
+func (m *Store) count(table string, n int) {
+	if n == 0 {
+		return
+	}
+	if m.stats.Tables == nil {
+		m.stats.Tables = map[string]int64{}
+	}
+	m.stats.Rows += int64(n)
+	m.stats.Tables[table] += int64(n)
 }
 
 // project applies a projection and returns how many item rows it deleted.

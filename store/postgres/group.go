@@ -210,8 +210,9 @@ type group struct {
 	last    map[string]int64 // session -> last seq, from the database then the staged steps
 	total   int64            // records staged
 	appends int64
-	rows    int64 // rows written, from the statements' command tags
-	base    int64 // the global before the group's first
+	rows    int64            // rows written, from the statements' command tags
+	tables  map[string]int64 // the rows written, by table
+	base    int64            // the global before the group's first
 
 	sessions keyed[sessionVals]
 	agents   keyed[agentVals]
@@ -222,7 +223,13 @@ type group struct {
 	notes    keyed[*noteOps]
 }
 
-func newGroup() *group { return &group{last: map[string]int64{}} }
+func newGroup() *group { return &group{last: map[string]int64{}, tables: map[string]int64{}} }
+
+// count counts n rows written to table.
+func (g *group) count(table string, n int64) {
+	g.rows += n
+	g.tables[table] += n
+}
 
 // check runs an append's fence and sequence checks against the database
 // (epochs, lasts) and the appends accepted before it in the group.
@@ -409,13 +416,13 @@ type result func(br pgx.BatchResults) error
 func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err error) {
 	b := &pgx.Batch{}
 	var reads []result
-	exec := func(what string) result {
+	exec := func(what, table string) result {
 		return func(br pgx.BatchResults) error {
 			tag, err := br.Exec()
 			if err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-			g.rows += tag.RowsAffected()
+			g.count(table, tag.RowsAffected())
 			return nil
 		}
 	}
@@ -429,7 +436,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			needs = append(needs, r.needsYou)
 		})
 		b.Queue(upsertSessions, id, title, owner, provider, model, cwd, closed, created, updated, last, in, out, needs)
-		reads = append(reads, exec("upsert sessions"))
+		reads = append(reads, exec("upsert sessions", "sessions"))
 	}
 	if n := g.agents.len(); n > 0 {
 		s, id, name, owner, task, state := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -439,7 +446,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			runs, inbox, in, out = append(runs, a.runs), append(inbox, a.inbox), append(in, a.in), append(out, a.out)
 		})
 		b.Queue(upsertAgents, s, id, name, owner, task, state, runs, inbox, in, out)
-		reads = append(reads, exec("upsert agents"))
+		reads = append(reads, exec("upsert agents", "agents"))
 	}
 	if n := g.runs.len(); n > 0 {
 		s, agent, kind, status, reply, errs := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -449,7 +456,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			reply, errs, in, out = append(reply, r.reply), append(errs, r.errText), append(in, r.in), append(out, r.out)
 		})
 		b.Queue(upsertRuns, s, agent, seq, kind, status, started, ended, reply, errs, in, out)
-		reads = append(reads, exec("upsert runs"))
+		reads = append(reads, exec("upsert runs", "runs"))
 	}
 	if n := g.tasks.len(); n > 0 {
 		s, id, kind, owner, agent, status, command := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -459,7 +466,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			started, ended, exit = append(started, t.started), append(ended, t.ended), append(exit, t.exit)
 		})
 		b.Queue(upsertTasks, s, id, kind, owner, agent, status, command, started, ended, exit)
-		reads = append(reads, exec("upsert tasks"))
+		reads = append(reads, exec("upsert tasks", "tasks"))
 	}
 	if n := g.items.len(); n > 0 {
 		s, id, agent, kind, priority, sender := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -469,13 +476,13 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			enqueued = append(enqueued, it.enqueued)
 		})
 		b.Queue(upsertItems, s, id, agent, kind, priority, sender, enqueued)
-		reads = append(reads, exec("upsert items"))
+		reads = append(reads, exec("upsert items", "items"))
 	}
 	if n := g.gone.len(); n > 0 {
 		s, id := make([]string, 0, n), make([]string, 0, n)
 		g.gone.each(func(k *itemKey) { s, id = append(s, k.session), append(id, k.id) })
 		b.Queue(deleteItems, s, id)
-		reads = append(reads, exec("delete items"))
+		reads = append(reads, exec("delete items", "items"))
 	}
 	var pre, inserts, post []*noteVals
 	var owners []*job
@@ -493,7 +500,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 	})
 	if len(pre) > 0 {
 		b.Queue(updateNotes, noteArgs(pre)...)
-		reads = append(reads, exec("update notes"))
+		reads = append(reads, exec("update notes", "notes"))
 	}
 	if len(inserts) > 0 {
 		b.Queue(insertNotes, noteArgs(inserts)...)
@@ -512,7 +519,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 			if err != nil {
 				return fmt.Errorf("insert notes: %w", err)
 			}
-			g.rows += tag.RowsAffected()
+			g.count("notes", tag.RowsAffected())
 			for i, n := range inserts {
 				if !inserted[n.session+"\x00"+n.task+"\x00"+strconv.FormatInt(n.run, 10)] {
 					owners[i].dups = append(owners[i].dups, dupNote{n.index, n.key})
@@ -523,7 +530,7 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 	}
 	if len(post) > 0 {
 		b.Queue(updateNotes, noteArgs(post)...)
-		reads = append(reads, exec("update notes"))
+		reads = append(reads, exec("update notes", "notes"))
 	}
 	if g.total > 0 {
 		n := len(g.jobs)
@@ -541,7 +548,8 @@ func (g *group) flush(ctx context.Context, conn *pgx.Conn) (committed bool, err 
 				}
 				return fmt.Errorf("insert steps: %w", err)
 			}
-			g.rows += int64(len(s)) + 1 // the steps and the counter
+			g.count("steps", int64(len(s)))
+			g.count("event_counter", 1)
 			return nil
 		})
 	}

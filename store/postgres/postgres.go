@@ -165,6 +165,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/internal/rowcount"
 	"github.com/vigilrun/vigil/store/internal/watch"
 )
 
@@ -265,6 +266,7 @@ type Store struct {
 	done chan struct{}
 
 	commits, appends, rows atomic.Int64
+	tables                 rowcount.Tables
 
 	// watch are the Watch channels. The writer wakes them after its
 	// commits of events, the listener (started by the first Watch) at
@@ -294,10 +296,10 @@ var (
 )
 
 // Stats implements store.StatsReader: the writer's commits, the appends
-// they carried and the rows they inserted or updated. Lease and snapshot
-// writes are not counted.
+// they carried and the rows they inserted, updated or deleted, event_counter's
+// row once per group among them. Lease and snapshot writes are not counted.
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Commits: s.commits.Load(), Appends: s.appends.Load(), Rows: s.rows.Load()}
+	return store.Stats{Commits: s.commits.Load(), Appends: s.appends.Load(), Rows: s.rows.Load(), Tables: s.tables.Read()}
 }
 
 // retries bounds how often a transaction is run again after its connection

@@ -295,6 +295,7 @@ func (w *writer) attempt(jobs []*job) (err error) {
 	w.s.commits.Add(1)
 	w.s.appends.Add(g.appends)
 	w.s.rows.Add(g.rows)
+	w.s.tables.Add(g.tables)
 	g.answer()
 	if g.total > 0 {
 		w.s.watch.Signal()

@@ -19,7 +19,8 @@ type group struct {
 	last     map[string]int64 // session -> last seq staged in this group
 	steps    [][]any          // glast, session, seq, last, data
 	appends  int64
-	rows     int64 // rows written by the jobs' own statements
+	rows     int64            // rows written by the jobs' own statements
+	tables   map[string]int64 // the rows written, by table
 	upserts  map[*table]*staged
 	gone     staged // items that left their inbox: deleted
 	notes    map[noteKey]*stagedNote
@@ -27,7 +28,13 @@ type group struct {
 }
 
 func newGroup() *group {
-	return &group{last: map[string]int64{}, upserts: map[*table]*staged{}, notes: map[noteKey]*stagedNote{}}
+	return &group{last: map[string]int64{}, upserts: map[*table]*staged{}, notes: map[noteKey]*stagedNote{}, tables: map[string]int64{}}
+}
+
+// count counts n rows written to table.
+func (g *group) count(table string, n int64) {
+	g.rows += n
+	g.tables[table] += n
 }
 
 // table is a projection table and its upsert.
@@ -38,13 +45,22 @@ type table struct {
 	update string // the ON CONFLICT action
 }
 
+// newTable returns a projection table whose upsert leaves a row that would
+// not change alone (as PostgreSQL's does): a step often projects an
+// entity it touched without changing its row (a task whose agent ran
+// again), and a row left alone is not written, nor counted.
 func newTable(name string, keys int, cols ...string) *table {
 	sets := make([]string, 0, len(cols)-keys)
+	old := make([]string, 0, len(cols)-keys)
+	news := make([]string, 0, len(cols)-keys)
 	for _, c := range cols[keys:] {
 		sets = append(sets, c+" = excluded."+c)
+		old = append(old, name+"."+c)
+		news = append(news, "excluded."+c)
 	}
 	return &table{name: name, cols: cols, keys: keys,
-		update: "ON CONFLICT (" + strings.Join(cols[:keys], ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")}
+		update: "ON CONFLICT (" + strings.Join(cols[:keys], ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ") +
+			" WHERE (" + strings.Join(old, ", ") + ") IS NOT (" + strings.Join(news, ", ") + ")"}
 }
 
 var (
@@ -208,7 +224,7 @@ func (w *writer) flush(g *group) error {
 				return fmt.Errorf("insert notes: %w", err)
 			}
 		}
-		g.rows += int64(len(inserted))
+		g.count("notes", int64(len(inserted)))
 		for _, k := range g.noteKeys {
 			n := g.notes[k]
 			if !n.isNew || inserted[k] {
@@ -271,15 +287,20 @@ func (w *writer) insertRows(name string, cols []string, onConflict string, rows 
 
 // updateRows sets the columns set of name's rows found by the key columns
 // keys, from rows of keys then set values, in statements of up to
-// rowsPerStatement rows.
+// rowsPerStatement rows; a row whose values are those already is left
+// alone.
 func (w *writer) updateRows(name string, keys, set []string, rows [][]any) error {
-	var sets, where []string
+	var sets, where, old, news []string
 	for i, c := range set {
 		sets = append(sets, fmt.Sprintf("%s = v.column%d", c, len(keys)+i+1))
+		old = append(old, name+"."+c)
+		news = append(news, fmt.Sprintf("v.column%d", len(keys)+i+1))
 	}
 	for i, c := range keys {
 		where = append(where, fmt.Sprintf("%s.%s = v.column%d", name, c, i+1))
 	}
+	// A row that would not change is left alone.
+	where = append(where, "("+strings.Join(old, ", ")+") IS NOT ("+strings.Join(news, ", ")+")")
 	for chunk := range slices.Chunk(rows, rowsPerStatement) {
 		q := w.cachedQuery(name, "update", len(chunk), func() string {
 			return "UPDATE " + name + " SET " + strings.Join(sets, ", ") + " FROM (" +

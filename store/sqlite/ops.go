@@ -80,7 +80,7 @@ func (s *Store) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (
 		if err != nil {
 			return err
 		}
-		w.g.rows++
+		w.g.count("leases", 1)
 		l = &store.Lease{Session: p.Session, Owner: p.Owner, Epoch: epoch, Expires: p.Now.Add(p.TTL),
 			Previous: prev, Released: prevExp.Valid && prevExp.Int64 == releasedMark}
 		return nil
@@ -153,7 +153,7 @@ func (s *Store) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyP
 			}); err != nil {
 				return err
 			}
-			w.g.rows += int64(len(granted))
+			w.g.count("leases", int64(len(granted)))
 			for _, sess := range chunk {
 				if !granted[sess] {
 					h := prev[sess]
@@ -198,7 +198,7 @@ func (s *Store) LeaseRenew(ctx context.Context, p *store.LeaseRenewParams) (*sto
 					return err
 				}
 				renewed[id] = true
-				w.g.rows++
+				w.g.count("leases", 1)
 				return nil
 			}); err != nil {
 				return err
@@ -241,12 +241,8 @@ func (s *Store) LeaseRelease(ctx context.Context, p *store.LeaseReleaseParams) e
 			for _, ref := range chunk {
 				args = append(args, ref.Session, ref.Epoch)
 			}
-			res, err := w.exec(releaseQuery(len(chunk)), args...)
-			if err != nil {
+			if _, err := w.exec(releaseQuery(len(chunk)), args...); err != nil {
 				return err
-			}
-			if n, err := res.RowsAffected(); err == nil {
-				w.g.rows += n
 			}
 		}
 		return nil

@@ -91,6 +91,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/internal/rowcount"
 	"github.com/vigilrun/vigil/store/internal/watch"
 )
 
@@ -150,10 +151,12 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// commits counts committed groups; appends and rows what they held.
+	// commits counts committed groups; appends, rows and tables what they
+	// held.
 	commits atomic.Int64
 	appends atomic.Int64
 	rows    atomic.Int64
+	tables  rowcount.Tables
 
 	// watch are the Watch channels, woken after commits of events.
 	watch watch.Set
@@ -165,9 +168,12 @@ var (
 	_ store.Watcher     = (*Store)(nil)
 )
 
-// Stats implements store.StatsReader.
+// Stats implements store.StatsReader: the writer's commits, the appends
+// they carried and the rows its transactions inserted, updated or deleted,
+// lease, snapshot, node and output rows among them (the writer commits
+// those too).
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Commits: s.commits.Load(), Appends: s.appends.Load(), Rows: s.rows.Load()}
+	return store.Stats{Commits: s.commits.Load(), Appends: s.appends.Load(), Rows: s.rows.Load(), Tables: s.tables.Read()}
 }
 
 // Open opens (creating it if needed) the database at path, migrates its
@@ -217,7 +223,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		_ = s.wdb.Close()
 		return nil, fmt.Errorf("open %s: %w", path, s.openErr(err))
 	}
-	s.w = &writer{conn: conn, stmts: map[string]*sql.Stmt{}, queries: map[queryKey]string{}}
+	s.w = &writer{conn: conn, stmts: map[string]prepared{}, queries: map[queryKey]string{}}
 	fail := func(what string, err error) (*Store, error) {
 		_ = s.w.close()
 		_ = s.wdb.Close()

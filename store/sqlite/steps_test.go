@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/store"
+	"github.com/vigilrun/vigil/store/storetest"
 )
 
 // hold runs a job that keeps the writer busy until release is called, so
@@ -54,6 +55,21 @@ func lease(t *testing.T, s *Store, sess string) int64 {
 		t.Fatal(err)
 	}
 	return l.Epoch
+}
+
+// TestLeaseRowsCounted: the writer counts its lease writes in Stats, as
+// rows of leases, each once (a release was counted twice).
+func TestLeaseRowsCounted(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "vigil.db"), nil)
+	before := s.Stats()
+	epoch := lease(t, s, "s")
+	if err := s.LeaseRelease(context.Background(), &store.LeaseReleaseParams{Owner: "n", Leases: []store.LeaseRef{{Session: "s", Epoch: epoch}}}); err != nil {
+		t.Fatal(err)
+	}
+	d := s.Stats().Since(before)
+	if d.Rows != 2 || d.Tables["leases"] != 2 || len(d.Tables) != 1 {
+		t.Errorf("an acquire and a release: %d rows, by table %v; want 2 of leases", d.Rows, d.Tables)
+	}
 }
 
 // TestOneRowPerStep: a step of several events is one stored row, its
@@ -289,5 +305,26 @@ func TestMigrateEvents(t *testing.T) {
 	var tables int
 	if err := s.rdb.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'events'`).Scan(&tables); err != nil || tables != 0 {
 		t.Errorf("events table left: %d, %v", tables, err)
+	}
+}
+
+// TestUnchangedRowsLeftAlone: an upsert of a projection row with the
+// values it holds writes nothing (measured with 100 sessions at think
+// load: task rows 0.99 a notification, where PostgreSQL wrote 0.11).
+func TestUnchangedRowsLeftAlone(t *testing.T) {
+	storetest.UnchangedRowsLeftAlone(t, openTest(t, filepath.Join(t.TempDir(), "vigil.db"), nil))
+}
+
+func TestWrittenTable(t *testing.T) {
+	for q, want := range map[string]string{
+		"INSERT INTO steps (glast, session) VALUES (?, ?)": "steps",
+		"INSERT INTO notes(session) VALUES (?)":            "notes",
+		"\n\t\tUPDATE leases SET expires = ?":              "leases",
+		"DELETE FROM items WHERE (session, id) IN (?)":     "items",
+		"SELECT 1": "other",
+	} {
+		if got := writtenTable(q); got != want {
+			t.Errorf("writtenTable(%q) = %q, want %q", q, got, want)
+		}
 	}
 }

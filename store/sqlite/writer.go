@@ -45,35 +45,59 @@ func (j *job) finish(err error) {
 // transaction.
 type writer struct {
 	conn    *sql.Conn
-	stmts   map[string]*sql.Stmt
+	stmts   map[string]prepared
 	queries map[queryKey]string
 	// g is what the current transaction's jobs staged.
 	g *group
 }
 
-func (w *writer) stmt(q string) (*sql.Stmt, error) {
-	if st, ok := w.stmts[q]; ok {
-		return st, nil
+// prepared is a prepared statement and the table it writes (writtenTable).
+type prepared struct {
+	st    *sql.Stmt
+	table string
+}
+
+func (w *writer) stmt(q string) (prepared, error) {
+	if p, ok := w.stmts[q]; ok {
+		return p, nil
 	}
 	st, err := w.conn.PrepareContext(context.Background(), q)
 	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
+		return prepared{}, fmt.Errorf("prepare: %w", err)
 	}
-	w.stmts[q] = st
-	return st, nil
+	p := prepared{st: st, table: writtenTable(q)}
+	w.stmts[q] = p
+	return p, nil
+}
+
+// writtenTable returns the table a statement inserts into, updates or
+// deletes from; "other" for any other statement.
+func writtenTable(q string) string {
+	f := strings.Fields(q)
+	var name string
+	switch {
+	case len(f) >= 3 && (f[0] == "INSERT" && f[1] == "INTO" || f[0] == "DELETE" && f[1] == "FROM"):
+		name = f[2]
+	case len(f) >= 2 && f[0] == "UPDATE":
+		name = f[1]
+	}
+	if name, _, _ = strings.Cut(name, "("); name == "" {
+		return "other"
+	}
+	return name
 }
 
 // exec runs a prepared statement; the rows it changed count in the
-// group's rows.
+// group's rows, as rows of the table it writes.
 func (w *writer) exec(q string, args ...any) (sql.Result, error) {
-	st, err := w.stmt(q)
+	p, err := w.stmt(q)
 	if err != nil {
 		return nil, err
 	}
-	res, err := st.ExecContext(context.Background(), args...)
+	res, err := p.st.ExecContext(context.Background(), args...)
 	if err == nil && w.g != nil {
 		if n, err := res.RowsAffected(); err == nil {
-			w.g.rows += n
+			w.g.count(p.table, n)
 		}
 	}
 	return res, err
@@ -82,20 +106,20 @@ func (w *writer) exec(q string, args ...any) (sql.Result, error) {
 // scan runs a query returning at most one row into dest; sql.ErrNoRows
 // when there is none.
 func (w *writer) scan(q string, args []any, dest ...any) error {
-	st, err := w.stmt(q)
+	p, err := w.stmt(q)
 	if err != nil {
 		return err
 	}
-	return st.QueryRowContext(context.Background(), args...).Scan(dest...)
+	return p.st.QueryRowContext(context.Background(), args...).Scan(dest...)
 }
 
 // query runs a prepared query and calls scan for each row.
 func (w *writer) query(q string, args []any, scan func(*sql.Rows) error) error {
-	st, err := w.stmt(q)
+	p, err := w.stmt(q)
 	if err != nil {
 		return err
 	}
-	rows, err := st.QueryContext(context.Background(), args...)
+	rows, err := p.st.QueryContext(context.Background(), args...)
 	if err != nil {
 		return err
 	}
@@ -119,8 +143,8 @@ func (w *writer) ctl(q string) error {
 
 func (w *writer) close() error {
 	var errs []error
-	for _, st := range w.stmts {
-		errs = append(errs, st.Close())
+	for _, p := range w.stmts {
+		errs = append(errs, p.st.Close())
 	}
 	clear(w.stmts)
 	return errors.Join(append(errs, w.conn.Close())...)
@@ -276,6 +300,7 @@ func (s *Store) attempt(jobs []*job) (int, error) {
 	s.commits.Add(1)
 	s.appends.Add(g.appends)
 	s.rows.Add(g.rows)
+	s.tables.Add(g.tables)
 	if len(g.steps) > 0 {
 		s.watch.Signal()
 	}

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LeaseRenewMany", testLeaseRenewMany},
 		{"LeaseAcquireMany", testLeaseAcquireMany},
 		{"ProjectionOnly", testProjectionOnly},
+		{"Stats", testStats},
 		{"Fencing", testFencing},
 		{"ConcurrentSessions", testConcurrentSessions},
 		{"ConcurrentSameSession", testConcurrentSameSession},
@@ -835,6 +836,84 @@ func testLeaseAcquireMany(t *testing.T, s store.Store) {
 // testProjectionOnly appends projection rows with no records (the runtime
 // writes a busy session's pending rows so): they are upserted, fenced like
 // any append, and the log is unchanged.
+// testStats: a store that counts its writes (store.StatsReader) counts a
+// step as one row of steps, each projection row as one row of its table,
+// a duplicate notification as none, and its Tables add up to its Rows.
+func testStats(t *testing.T, s store.Store) {
+	sr, ok := s.(store.StatsReader)
+	if !ok {
+		t.Skip("the store does not count its writes")
+	}
+	l := acquire(t, s, "st", "A", base)
+	before := sr.Stats()
+	appendOK(t, s, "st", l.Epoch, recs("st", 1, 3, "x"), &store.Projection{
+		Session: &store.SessionRow{ID: "st", Title: "one", Created: base, Updated: base, LastSeq: 3},
+		Agents:  []store.AgentRow{{Session: "st", ID: "main", Name: "main", State: "running"}},
+		Runs:    []store.RunRow{{Session: "st", Agent: "main", Seq: 1, Kind: "prompt", Status: "running", Started: base}},
+		Notes:   []store.NoteRow{note("st", "t1", 1, "completed", true)},
+	})
+	res := appendOK(t, s, "st", l.Epoch, recs("st", 4, 1, "x"), &store.Projection{
+		Session: &store.SessionRow{ID: "st", Title: "two", Created: base, Updated: base, LastSeq: 4},
+		Notes:   []store.NoteRow{note("st", "t1", 1, "completed", true)},
+	})
+	if len(res.DuplicateNotes) != 1 {
+		t.Fatalf("duplicate notes %v", res.DuplicateNotes)
+	}
+	d := sr.Stats().Since(before)
+	if d.Appends != 2 || d.Commits < 1 || d.Commits > 2 {
+		t.Errorf("%d appends in %d commits; want 2 in 1 or 2", d.Appends, d.Commits)
+	}
+	for table, want := range map[string]int64{"steps": 2, "sessions": 2, "agents": 1, "runs": 1, "notes": 1} {
+		if got := d.Tables[table]; got != want {
+			t.Errorf("%d rows of %s; want %d (all: %v)", got, table, want, d.Tables)
+		}
+	}
+	var sum int64
+	for _, n := range d.Tables {
+		sum += n
+	}
+	if sum != d.Rows {
+		t.Errorf("tables %v add up to %d rows; Rows says %d", d.Tables, sum, d.Rows)
+	}
+}
+
+// UnchangedRowsLeftAlone checks a SQL backend's upserts: a projection row
+// written again with the values it holds already (a step projects what it
+// touched, changed or not) is neither written nor counted in Stats, and a
+// changed one is. s must implement store.StatsReader. The memory store
+// counts every row it is given, as the SQL backends did before.
+func UnchangedRowsLeftAlone(t *testing.T, s store.Store) {
+	t.Helper()
+	sr := s.(store.StatsReader)
+	l := acquire(t, s, "u", "A", base)
+	exit := 0
+	pr := func(title, status string, n store.NoteRow) *store.Projection {
+		return &store.Projection{
+			Session: &store.SessionRow{ID: "u", Title: title, Created: base, Updated: base, LastSeq: 1},
+			Agents:  []store.AgentRow{{Session: "u", ID: "main", Name: "main", State: "idle", Runs: 1}},
+			Runs:    []store.RunRow{{Session: "u", Agent: "main", Seq: 1, Kind: "prompt", Status: "done", Started: base, Ended: base}},
+			Tasks:   []store.TaskRow{{Session: "u", ID: "t1", Kind: "shell", Owner: "main", Status: status, Started: base, Exit: &exit}},
+			Items:   []store.ItemRow{{Session: "u", ID: "i1", Agent: "main", Kind: "message", Priority: "next", Enqueued: base}},
+			Notes:   []store.NoteRow{n},
+		}
+	}
+	appendOK(t, s, "u", l.Epoch, recs("u", 1, 1, "x"), pr("one", "running", note("u", "t1", 1, "completed", true)))
+	before := sr.Stats()
+	appendOK(t, s, "u", l.Epoch, nil, pr("one", "running", note("u", "t1", 1, "completed", false)))
+	if d := sr.Stats().Since(before); d.Rows != 0 {
+		t.Errorf("the same rows again: %d rows written (%v); want none", d.Rows, d.Tables)
+	}
+	before = sr.Stats()
+	appendOK(t, s, "u", l.Epoch, nil, pr("two", "completed", note("u", "t1", 1, "delivered", false)))
+	if d := sr.Stats().Since(before); d.Rows != 3 || d.Tables["sessions"] != 1 || d.Tables["tasks"] != 1 || d.Tables["notes"] != 1 {
+		t.Errorf("a changed session, task and note: %d rows (%v); want one of each", d.Rows, d.Tables)
+	}
+	if row, err := s.SessionGet(t.Context(), "u"); err != nil || row.Title != "two" {
+		t.Errorf("session row %+v, %v", row, err)
+	}
+	checkNotes(t, s, "u", note("u", "t1", 1, "delivered", false))
+}
+
 func testProjectionOnly(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	l := acquire(t, s, "p", "A", base)
