@@ -13,7 +13,8 @@
 // An append stages its step and projection rows in the group; at the end
 // of the transaction the group's steps are inserted in one multi-row
 // statement and each projection table is upserted once per key (the last
-// row of a key wins), in multi-row statements. A job whose failure breaks
+// row of a key wins), in multi-row statements that leave a row whose
+// values would not change alone (not written, not counted in Stats). A job whose failure breaks
 // the transaction (a full disk, an I/O error) is answered with its error
 // and the others are run again in a new transaction; when writing the
 // staged rows fails, the group's jobs are committed one by one, so the
