@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -29,6 +30,7 @@ type Store struct {
 	leases   map[string]store.Lease
 	snaps    map[string]store.Snapshot
 	sessions map[string]store.SessionRow
+	agents   map[string]map[string]store.AgentRow
 	runs     map[string]map[string]store.RunRow
 	tasks    map[string][]store.TaskRow
 	items    map[string][]store.ItemRow // the items that wait, in enqueue order
@@ -47,7 +49,8 @@ func New() *Store {
 	return &Store{
 		events: map[string][]store.Record{}, leases: map[string]store.Lease{},
 		snaps: map[string]store.Snapshot{}, sessions: map[string]store.SessionRow{},
-		runs: map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
+		agents: map[string]map[string]store.AgentRow{},
+		runs:   map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
 		items: map[string][]store.ItemRow{}, notes: map[string][]store.NoteRow{},
 		nodes: map[string]store.Node{}, outputs: map[outputKey][]byte{},
 	}
@@ -204,26 +207,15 @@ func (m *Store) EventAppend(_ context.Context, p *store.EventAppendParams) (*sto
 		m.events[p.Session] = append(m.events[p.Session], r)
 		m.all = append(m.all, r)
 	}
-	gone := 0
-	if pr := p.Projection; pr != nil {
-		gone = m.project(p.Session, pr, res)
-	}
 	// As a database would count it: one transaction, one log row per step,
-	// one row per projection row.
+	// one row per projection row that changed.
 	m.stats.Commits++
 	m.stats.Appends++
 	if len(p.Records) > 0 {
 		m.count("steps", 1)
 	}
 	if pr := p.Projection; pr != nil {
-		if pr.Session != nil {
-			m.count("sessions", 1)
-		}
-		m.count("agents", len(pr.Agents))
-		m.count("runs", len(pr.Runs))
-		m.count("tasks", len(pr.Tasks))
-		m.count("items", len(pr.Items)+gone)
-		m.count("notes", len(pr.Notes)-len(res.DuplicateNotes))
+		m.project(p.Session, pr, res)
 	}
 	return res, nil
 }
@@ -256,39 +248,65 @@ func (m *Store) count(table string, n int) {
 	m.stats.Tables[table] += int64(n)
 }
 
-// project applies a projection and returns how many item rows it deleted.
-func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) int {
+// project applies a projection, counting the rows it changed: a row
+// written again with the values it holds is left alone, as the SQL
+// backends' upserts do. m.mu is held.
+func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResult) {
 	if pr.Session != nil {
 		r := *pr.Session
 		r.NeedsYou = slices.Clone(r.NeedsYou) // the caller's slice stays the caller's
+		if old, ok := m.sessions[sess]; !ok || !sameRow(old, r) {
+			m.count("sessions", 1)
+		}
 		m.sessions[sess] = r
+	}
+	if m.agents[sess] == nil {
+		m.agents[sess] = map[string]store.AgentRow{}
+	}
+	for _, a := range pr.Agents {
+		if old, ok := m.agents[sess][a.ID]; !ok || old != a {
+			m.count("agents", 1)
+		}
+		m.agents[sess][a.ID] = a
 	}
 	if m.runs[sess] == nil {
 		m.runs[sess] = map[string]store.RunRow{}
 	}
 	for _, r := range pr.Runs {
-		m.runs[sess][fmt.Sprintf("%s/%d", r.Agent, r.Seq)] = r
+		k := fmt.Sprintf("%s/%d", r.Agent, r.Seq)
+		if old, ok := m.runs[sess][k]; !ok || !sameRow(old, r) {
+			m.count("runs", 1)
+		}
+		m.runs[sess][k] = r
 	}
 	for _, t := range pr.Tasks {
 		i := slices.IndexFunc(m.tasks[sess], func(x store.TaskRow) bool { return x.ID == t.ID })
-		if i < 0 {
+		switch {
+		case i < 0:
 			m.tasks[sess] = append(m.tasks[sess], t)
-		} else {
+		case sameRow(m.tasks[sess][i], t):
+			continue
+		default:
 			m.tasks[sess][i] = t
 		}
+		m.count("tasks", 1)
 	}
 	for _, it := range pr.Items {
-		if i := slices.IndexFunc(m.items[sess], func(x store.ItemRow) bool { return x.ID == it.ID }); i >= 0 {
-			m.items[sess][i] = it
-		} else {
+		i := slices.IndexFunc(m.items[sess], func(x store.ItemRow) bool { return x.ID == it.ID })
+		switch {
+		case i < 0:
 			m.items[sess] = append(m.items[sess], it)
+		case sameRow(m.items[sess][i], it):
+			continue
+		default:
+			m.items[sess][i] = it
 		}
+		m.count("items", 1)
 	}
-	gone := 0
 	for _, id := range pr.ItemsGone {
 		if i := slices.IndexFunc(m.items[sess], func(x store.ItemRow) bool { return x.ID == id }); i >= 0 {
 			m.items[sess] = slices.Delete(m.items[sess], i, i+1)
-			gone++
+			m.count("items", 1)
 		}
 	}
 	for _, n := range pr.Notes {
@@ -298,11 +316,53 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 			res.DuplicateNotes = append(res.DuplicateNotes, n.Key())
 		case n.New:
 			m.notes[sess] = append(m.notes[sess], n)
+			m.count("notes", 1)
 		case i >= 0:
+			if !sameRow(m.notes[sess][i], n) {
+				m.count("notes", 1)
+			}
 			m.notes[sess][i] = n
 		}
 	}
-	return gone
+}
+
+// sameRow reports whether two projection rows hold the same values as a
+// database stores them: times to the nanosecond, whatever their location
+// or monotonic reading; no reasons and an empty list alike; a note's New
+// (not stored) ignored.
+func sameRow[R any](a, b R) bool {
+	return reflect.DeepEqual(storedRow(a), storedRow(b))
+}
+
+// storedRow returns a copy of a projection row as a database keeps it.
+func storedRow(r any) any {
+	t := func(x time.Time) time.Time {
+		if x.IsZero() {
+			return time.Time{}
+		}
+		return time.Unix(0, x.UnixNano()).UTC()
+	}
+	switch r := r.(type) {
+	case store.SessionRow:
+		r.Created, r.Updated = t(r.Created), t(r.Updated)
+		if len(r.NeedsYou) == 0 {
+			r.NeedsYou = nil
+		}
+		return r
+	case store.RunRow:
+		r.Started, r.Ended = t(r.Started), t(r.Ended)
+		return r
+	case store.TaskRow:
+		r.Started, r.Ended = t(r.Started), t(r.Ended)
+		return r
+	case store.ItemRow:
+		r.Enqueued = t(r.Enqueued)
+		return r
+	case store.NoteRow:
+		r.Written, r.New = t(r.Written), false
+		return r
+	}
+	return r
 }
 
 // ItemList returns the items that wait in a session's inboxes, in

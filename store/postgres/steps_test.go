@@ -16,7 +16,6 @@ import (
 
 	"github.com/vigilrun/vigil/internal/steps"
 	"github.com/vigilrun/vigil/store"
-	"github.com/vigilrun/vigil/store/storetest"
 )
 
 // TestMigrateEvents opens a database at schema version 1 whose log is in
@@ -490,10 +489,4 @@ func TestTwoNodesGlobalOrder(t *testing.T) {
 		commits += s.Stats().Commits
 	}
 	t.Logf("%d records in %d commits of two nodes", total, commits)
-}
-
-// TestUnchangedRowsLeftAlone: an upsert of a projection row with the
-// values it holds writes nothing.
-func TestUnchangedRowsLeftAlone(t *testing.T) {
-	storetest.UnchangedRowsLeftAlone(t, openTest(t, testDB(t)))
 }

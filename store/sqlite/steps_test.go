@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/store"
-	"github.com/vigilrun/vigil/store/storetest"
 )
 
 // hold runs a job that keeps the writer busy until release is called, so
@@ -306,13 +305,6 @@ func TestMigrateEvents(t *testing.T) {
 	if err := s.rdb.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'events'`).Scan(&tables); err != nil || tables != 0 {
 		t.Errorf("events table left: %d, %v", tables, err)
 	}
-}
-
-// TestUnchangedRowsLeftAlone: an upsert of a projection row with the
-// values it holds writes nothing (measured with 100 sessions at think
-// load: task rows 0.99 a notification, where PostgreSQL wrote 0.11).
-func TestUnchangedRowsLeftAlone(t *testing.T) {
-	storetest.UnchangedRowsLeftAlone(t, openTest(t, filepath.Join(t.TempDir(), "vigil.db"), nil))
 }
 
 func TestWrittenTable(t *testing.T) {
