@@ -834,9 +834,6 @@ func testLeaseAcquireMany(t *testing.T, s store.Store) {
 	}
 }
 
-// testProjectionOnly appends projection rows with no records (the runtime
-// writes a busy session's pending rows so): they are upserted, fenced like
-// any append, and the log is unchanged.
 // testStats: a store that counts its writes (store.StatsReader) counts a
 // step as one row of steps, each projection row as one row of its table,
 // a duplicate notification as none, and its Tables add up to its Rows.
@@ -915,6 +912,9 @@ func testUnchangedRows(t *testing.T, s store.Store) {
 	checkNotes(t, s, "u", note("u", "t1", 1, "delivered", false))
 }
 
+// testProjectionOnly appends projection rows with no records (the runtime
+// writes a busy session's pending rows so): they are upserted, fenced like
+// any append, and the log is unchanged.
 func testProjectionOnly(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	l := acquire(t, s, "p", "A", base)
