@@ -162,6 +162,20 @@ type LeaseAcquireManyParams struct {
 	Now      time.Time
 }
 
+// Distinct returns the sessions asked for, each once, in the order first
+// named.
+func (p *TailLoadManyParams) Distinct() []string {
+	seen := make(map[string]bool, len(p.Sessions))
+	out := make([]string, 0, len(p.Sessions))
+	for _, s := range p.Sessions {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Distinct returns the sessions asked for, sorted, each once: the order a
 // backend locks their rows in.
 func (p *LeaseAcquireManyParams) Distinct() []string {
@@ -250,6 +264,37 @@ type Snapshot struct {
 	Session string
 	Seq     int64
 	Data    []byte
+}
+
+// TailLoadManyParams reads what rebuilds many sessions at once: each
+// one's newest snapshot and the records after it.
+type TailLoadManyParams struct {
+	Sessions []string
+	// Limit bounds the records read per session; 0 means no bound.
+	Limit int
+	// MaxBytes bounds what the call reads, snapshots and records together
+	// (by the size of their data); 0 means no bound. The call stops at the session
+	// where it would go past it: that session's records are cut there
+	// (its tail is not complete), or it is not read at all when its
+	// snapshot does not fit, and the sessions after it are not read. The
+	// first session's snapshot is read whatever its size.
+	MaxBytes int
+}
+
+// Tail is what rebuilds one session: its newest snapshot, when it has
+// one, and the records after it.
+type Tail struct {
+	Session string
+	// Snapshot is the newest snapshot; nil when the session has none.
+	Snapshot *Snapshot
+	// Records are the session's records after Snapshot's Seq (after 0
+	// without one), in order, at most Limit of them.
+	Records []Record
+	// Complete says Records hold every record after the snapshot, as of
+	// the read. A tail cut at Limit is not complete, and one of exactly
+	// Limit records may be reported either way: read on with EventList
+	// after its last record.
+	Complete bool
 }
 
 // SnapshotSaveParams saves a snapshot, fenced like an append.
@@ -350,6 +395,13 @@ type Store interface {
 	SnapshotSave(ctx context.Context, p *SnapshotSaveParams) error
 	// SnapshotLoad returns the newest snapshot, or ErrNotFound.
 	SnapshotLoad(ctx context.Context, session string) (*Snapshot, error)
+	// TailLoadMany is SnapshotLoad and EventList after the snapshot, of
+	// many sessions in a few statements: a node taking over thousands of
+	// sessions reads them a chunk at a time, not two round trips each. It
+	// returns one Tail for each session named, in the order first named,
+	// up to where MaxBytes ran out; a session that does not exist has no
+	// snapshot, no records and is complete.
+	TailLoadMany(ctx context.Context, p *TailLoadManyParams) ([]Tail, error)
 
 	// SessionList returns session rows, newest first.
 	SessionList(ctx context.Context, p *SessionListParams) ([]SessionRow, error)

@@ -462,6 +462,49 @@ func (m *Store) SnapshotLoad(_ context.Context, session string) (*store.Snapshot
 	return &s, nil
 }
 
+// TailLoadMany implements store.Store.
+func (m *Store) TailLoadMany(_ context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check("load tails"); err != nil {
+		return nil, err
+	}
+	ids := p.Distinct()
+	out := make([]store.Tail, 0, len(ids))
+	left := p.MaxBytes // bytes left to read, when p.MaxBytes > 0
+	for i, id := range ids {
+		t := store.Tail{Session: id, Complete: true}
+		var after int64
+		if s, ok := m.snaps[id]; ok {
+			if p.MaxBytes > 0 && i > 0 && len(s.Data) > left {
+				break
+			}
+			left -= len(s.Data)
+			s.Data = slices.Clone(s.Data)
+			t.Snapshot, after = &s, s.Seq
+		}
+		evs := m.events[id]
+		evs = evs[sort.Search(len(evs), func(i int) bool { return evs[i].Seq > after }):]
+		if p.Limit > 0 && len(evs) > p.Limit {
+			evs, t.Complete = evs[:p.Limit], false
+		}
+		cut := false
+		for k, e := range evs {
+			if p.MaxBytes > 0 && len(e.Data) > left {
+				evs, t.Complete, cut = evs[:k], false, true
+				break
+			}
+			left -= len(e.Data)
+		}
+		t.Records = cloneRecords(evs)
+		out = append(out, t)
+		if cut {
+			break
+		}
+	}
+	return out, nil
+}
+
 // SessionList implements store.Store.
 func (m *Store) SessionList(_ context.Context, p *store.SessionListParams) ([]store.SessionRow, error) {
 	m.mu.Lock()

@@ -469,6 +469,126 @@ func (s *Store) SnapshotLoad(ctx context.Context, session string) (*store.Snapsh
 	return snap, nil
 }
 
+// tailSteps reads, for each session of $1 after the sequence at the same
+// place in $2, its steps as listSteps does, at most $3 of them a session
+// (NULL: all), in the order of $1; a step's data only while the steps'
+// data before it come to less than $4 bytes (NULL: no bound).
+const tailSteps = `SELECT n, seq, global, fits, CASE WHEN fits THEN data END FROM (
+	SELECT n, seq, global, data, $4::bigint IS NULL OR sum(octet_length(data)) OVER (ORDER BY n, seq) - octet_length(data) < $4 AS fits
+	FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS w(s, a, n)
+	CROSS JOIN LATERAL (SELECT seq, global, data FROM steps
+		WHERE session = w.s AND seq >= COALESCE((SELECT max(seq) FROM steps WHERE session = w.s AND seq <= w.a + 1), 0) AND last > w.a
+		ORDER BY seq LIMIT $3) AS st
+	) AS counted ORDER BY n, seq`
+
+// TailLoadMany implements store.Store in three statements, whatever the
+// number of sessions: the sizes of their snapshots, the snapshots that
+// fit, their steps after them.
+func (s *Store) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	all := p.Distinct()
+	var out []store.Tail
+	err := s.read(ctx, "load tails", func() error {
+		ids := all
+		at := make(map[string]int, len(ids))
+		for i, id := range ids {
+			at[id] = i
+		}
+		size := make([]int64, len(ids))
+		err := s.collect(ctx, `SELECT session, octet_length(data) FROM snapshots WHERE session = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
+			var id string
+			var n int64
+			if err := rows.Scan(&id, &n); err != nil {
+				return err
+			}
+			size[at[id]] = n
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("snapshot sizes: %w", err)
+		}
+		left := int64(p.MaxBytes) // bytes left to read, when p.MaxBytes > 0
+		for i := range ids {
+			if p.MaxBytes > 0 && i > 0 && size[i] > left {
+				ids = ids[:i]
+				break
+			}
+			left -= size[i]
+		}
+		out = make([]store.Tail, len(ids))
+		for i, id := range ids {
+			out[i] = store.Tail{Session: id, Complete: true}
+		}
+		err = s.collect(ctx, `SELECT session, seq, data FROM snapshots WHERE session = ANY($1)`, []any{ids}, func(rows pgx.Rows) error {
+			snap := &store.Snapshot{}
+			if err := rows.Scan(&snap.Session, &snap.Seq, &snap.Data); err != nil {
+				return err
+			}
+			out[at[snap.Session]].Snapshot = snap
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("snapshots: %w", err)
+		}
+		after := make([]int64, len(ids))
+		for i, t := range out {
+			if t.Snapshot != nil {
+				after[i] = t.Snapshot.Seq
+			}
+		}
+		var budget *int64
+		if p.MaxBytes > 0 {
+			budget = &left
+		}
+		read := make([]int, len(ids)) // steps read of each session
+		cut := len(ids)               // the session the budget cut
+		err = s.collect(ctx, tailSteps, []any{ids, after, limit(p.Limit), budget}, func(rows pgx.Rows) error {
+			var n, seq, global int64
+			var fits bool
+			var data []byte
+			if err := rows.Scan(&n, &seq, &global, &fits, &data); err != nil {
+				return err
+			}
+			i := int(n - 1)
+			if i > cut {
+				return nil
+			}
+			t := &out[i]
+			if !fits {
+				t.Complete, cut = false, i
+				return nil
+			}
+			from := len(t.Records)
+			var err error
+			if t.Records, err = steps.Decode(t.Records, t.Session, seq, global, data); err != nil {
+				return err
+			}
+			if seq <= after[i] {
+				// The first step read may begin at or before the snapshot.
+				t.Records = append(t.Records[:from], t.Records[from+int(after[i]-seq)+1:]...)
+			}
+			read[i]++
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("steps: %w", err)
+		}
+		out = out[:min(cut+1, len(out))]
+		for i := range out {
+			t := &out[i]
+			if p.Limit > 0 && (read[i] == p.Limit || len(t.Records) > p.Limit) {
+				// Limit steps hold Limit records at least: there may be
+				// more after them.
+				t.Records, t.Complete = t.Records[:min(len(t.Records), p.Limit)], false
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens, needs_you`
 
 func scanSession(row pgx.Row) (store.SessionRow, error) {

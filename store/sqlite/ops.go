@@ -551,6 +551,74 @@ func (s *Store) SnapshotLoad(ctx context.Context, session string) (*store.Snapsh
 	return snap, nil
 }
 
+// TailLoadMany implements store.Store: SnapshotLoad and EventList of
+// each session, under one entry (a read here is in-process, with no round
+// trip to save).
+func (s *Store) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	ids := p.Distinct()
+	var out []store.Tail
+	err := s.read(ctx, "load tails", func(db *reads) error {
+		out = make([]store.Tail, 0, len(ids))
+		left := p.MaxBytes // bytes left to read, when p.MaxBytes > 0
+		for i, id := range ids {
+			t := store.Tail{Session: id, Complete: true}
+			snap := store.Snapshot{Session: id}
+			var size int
+			// The data is read only when it fits.
+			err := db.QueryRowContext(ctx, `SELECT seq, length(data), CASE WHEN ? OR length(data) <= ? THEN data END FROM snapshots WHERE session = ?`,
+				p.MaxBytes <= 0 || i == 0, left, id).Scan(&snap.Seq, &size, &snap.Data)
+			switch {
+			case err == nil && snap.Data == nil && size > 0:
+				return nil // it does not fit
+			case err == nil:
+				t.Snapshot = &snap
+				left -= size
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("snapshot of %s: %w", id, err)
+			}
+			after, cut := snap.Seq, false
+			err = query(ctx, db, `SELECT glast, seq, last, data FROM steps WHERE session = ? AND last > ? ORDER BY last`,
+				[]any{id, after}, func(rows *sql.Rows) error {
+					from := len(t.Records)
+					var err error
+					t.Records, err = scanStep(rows, t.Records, id, func(r store.Record) bool { return r.Seq > after })
+					if err != nil {
+						return err
+					}
+					if p.MaxBytes > 0 {
+						// What a step holds, as stored: its records'
+						// data, as the other backends count it.
+						n := 0
+						for _, r := range t.Records[from:] {
+							n += len(r.Data)
+						}
+						if left -= n; left < 0 {
+							t.Records, t.Complete, cut = t.Records[:from], false, true
+							return errEnough
+						}
+					}
+					if p.Limit > 0 && len(t.Records) > p.Limit {
+						t.Records, t.Complete = t.Records[:p.Limit], false
+						return errEnough
+					}
+					return nil
+				})
+			if err != nil && !errors.Is(err, errEnough) {
+				return fmt.Errorf("events of %s: %w", id, err)
+			}
+			out = append(out, t)
+			if cut {
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 const sessionCols = `id, title, owner, provider, model, cwd, closed, created, updated, last_seq, input_tokens, output_tokens, needs_you`
 
 type scanner interface{ Scan(dest ...any) error }

@@ -98,6 +98,116 @@ func testSnapshot(t *testing.T, s store.Store) {
 	load(8, "eight")
 }
 
+// testTailLoadMany: TailLoadMany reads what SnapshotLoad and EventList
+// after the snapshot read, for many sessions at once, in the order first
+// named, a step that begins at or before the snapshot cut at it, and
+// Limit honoured.
+func testTailLoadMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := acquire(t, s, "a", "node-a", base)
+	ra := recs("a", 1, 10, "a")
+	for _, step := range [][2]int{{0, 3}, {3, 6}, {6, 7}, {7, 10}} {
+		appendOK(t, s, "a", a.Epoch, ra[step[0]:step[1]], nil)
+	}
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "a", Epoch: a.Epoch, Seq: 5, Data: []byte("a@5")}); err != nil {
+		t.Fatal(err)
+	}
+	b := acquire(t, s, "b", "node-a", base)
+	rb := recs("b", 1, 4, "b")
+	appendOK(t, s, "b", b.Epoch, rb, nil)
+	c := acquire(t, s, "c", "node-a", base)
+	appendOK(t, s, "c", c.Epoch, recs("c", 1, 2, "c"), nil)
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "c", Epoch: c.Epoch, Seq: 2, Data: []byte("c@2")}); err != nil {
+		t.Fatal(err)
+	}
+	all := map[string][]store.Record{"a": list(t, s, "a")[5:], "b": list(t, s, "b"), "c": nil, "none": nil}
+	snaps := map[string]string{"a": "a@5", "c": "c@2"}
+	load := func(limit int) []store.Tail {
+		t.Helper()
+		tails, err := s.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: []string{"a", "b", "none", "a", "c"}, Limit: limit})
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		var order []string
+		for _, tl := range tails {
+			order = append(order, tl.Session)
+			what := fmt.Sprintf("limit %d: tail of %s", limit, tl.Session)
+			switch want := snaps[tl.Session]; {
+			case want == "" && tl.Snapshot != nil:
+				t.Errorf("%s: snapshot %+v, want none", what, tl.Snapshot)
+			case want != "" && (tl.Snapshot == nil || string(tl.Snapshot.Data) != want || tl.Snapshot.Session != tl.Session):
+				t.Errorf("%s: snapshot %+v, want %s", what, tl.Snapshot, want)
+			}
+			want := all[tl.Session]
+			if limit > 0 && len(want) > limit {
+				want = want[:limit]
+			}
+			checkRecords(t, what, tl.Records, want)
+		}
+		if !slices.Equal(order, []string{"a", "b", "none", "c"}) {
+			t.Fatalf("limit %d: tails of %v, want a, b, none, c", limit, order)
+		}
+		return tails
+	}
+	complete := func(tails []store.Tail) []bool {
+		var out []bool
+		for _, tl := range tails {
+			out = append(out, tl.Complete)
+		}
+		return out
+	}
+	if got := complete(load(0)); !slices.Equal(got, []bool{true, true, true, true}) {
+		t.Errorf("without a limit: complete %v, want all", got)
+	}
+	if got := complete(load(6)); !slices.Equal(got, []bool{true, true, true, true}) {
+		t.Errorf("limit 6, 5 and 4 records: complete %v, want all", got)
+	}
+	if got := complete(load(2)); !slices.Equal(got, []bool{false, false, true, true}) {
+		t.Errorf("limit 2, 5 and 4 records: complete %v, want a and b cut", got)
+	}
+	load(5) // a's 5 records: complete either way
+
+	// MaxBytes: the tails read are the first ones named, each one's
+	// records the first of them; all but the last are complete. The first
+	// session's snapshot is read whatever its size.
+	for _, max := range []int{1, 3, 10, 40, 80, 120, 200, 400, 1 << 20} {
+		tails, err := s.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: []string{"a", "b", "none", "c"}, MaxBytes: max})
+		if err != nil {
+			t.Fatalf("max %d bytes: %v", max, err)
+		}
+		if len(tails) == 0 {
+			t.Fatalf("max %d bytes: no tail; want a's at least", max)
+		}
+		for i, tl := range tails {
+			what := fmt.Sprintf("max %d bytes: tail %d", max, i)
+			if name := []string{"a", "b", "none", "c"}[i]; tl.Session != name {
+				t.Fatalf("%s of %s, want %s", what, tl.Session, name)
+			}
+			if want := snaps[tl.Session]; (want == "") != (tl.Snapshot == nil) || (tl.Snapshot != nil && string(tl.Snapshot.Data) != want) {
+				t.Errorf("%s: snapshot %+v, want %q", what, tl.Snapshot, want)
+			}
+			want := all[tl.Session]
+			if len(tl.Records) > len(want) || (tl.Complete && len(tl.Records) != len(want)) {
+				t.Errorf("%s: %d records, complete %v, of %d", what, len(tl.Records), tl.Complete, len(want))
+				continue
+			}
+			checkRecords(t, what, tl.Records, want[:len(tl.Records)])
+			if !tl.Complete && i < len(tails)-1 {
+				t.Errorf("%s: not complete, and the call read on", what)
+			}
+		}
+		if max == 1 && (len(tails) != 1 || tails[0].Complete || len(tails[0].Records) != 0) {
+			t.Errorf("max 1 byte: %d tails, the first complete %v with %d records; want a's snapshot alone", len(tails), tails[0].Complete, len(tails[0].Records))
+		}
+		if max == 1<<20 && (len(tails) != 4 || !slices.Equal(complete(tails), []bool{true, true, true, true})) {
+			t.Errorf("max 1 MiB: %d tails, complete %v; want all 4, complete", len(tails), complete(tails))
+		}
+	}
+	if tails, err := s.TailLoadMany(ctx, &store.TailLoadManyParams{}); err != nil || len(tails) != 0 {
+		t.Errorf("no sessions: %v, %v", tails, err)
+	}
+}
+
 func sameSession(a, b store.SessionRow) bool {
 	return a.ID == b.ID && a.Title == b.Title && a.Owner == b.Owner && a.Provider == b.Provider && a.Model == b.Model &&
 		a.Cwd == b.Cwd && a.Closed == b.Closed && a.Created.Equal(b.Created) && a.Updated.Equal(b.Updated) &&
@@ -365,6 +475,8 @@ func testClose(t *testing.T, s store.Store) {
 	check("SnapshotSave", s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: "s", Epoch: l.Epoch, Seq: 1}))
 	_, err = s.SnapshotLoad(ctx, "s")
 	check("SnapshotLoad", err)
+	_, err = s.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: []string{"s"}})
+	check("TailLoadMany", err)
 	_, err = s.SessionList(ctx, &store.SessionListParams{})
 	check("SessionList", err)
 	_, err = s.SessionGet(ctx, "s")

@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReplayWhileWriting", testReplayWhileWriting},
 		{"Large", testLarge},
 		{"Snapshot", testSnapshot},
+		{"TailLoadMany", testTailLoadMany},
 		{"Projections", testProjections},
 		{"NeedsYou", testNeedsYou},
 		{"Errors", testErrors},
