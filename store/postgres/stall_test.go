@@ -317,7 +317,7 @@ func TestConnectionSettings(t *testing.T) {
 	def := openOpts(t, dsn, &Options{})
 	for name, want := range map[string]string{"lock_timeout": "5s", "statement_timeout": "1min",
 		"idle_in_transaction_session_timeout": "10s", "tcp_keepalives_idle": "5", "tcp_keepalives_interval": "5",
-		"tcp_keepalives_count": "3", "tcp_user_timeout": "20000"} {
+		"tcp_keepalives_count": "3", "tcp_user_timeout": "20000", "jit": "off"} {
 		if got := show(def, name); got != want {
 			t.Errorf("default %s = %s, want %s", name, got, want)
 		}
@@ -333,8 +333,8 @@ func TestConnectionSettings(t *testing.T) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	own := openOpts(t, dsn+sep+"lock_timeout=1234&options=-c%20statement_timeout%3D7s", &Options{LockTimeout: time.Second})
-	for name, want := range map[string]string{"lock_timeout": "1234ms", "statement_timeout": "7s", "idle_in_transaction_session_timeout": "10s"} {
+	own := openOpts(t, dsn+sep+"lock_timeout=1234&options=-c%20statement_timeout%3D7s%20-c%20jit%3Don", &Options{LockTimeout: time.Second})
+	for name, want := range map[string]string{"lock_timeout": "1234ms", "statement_timeout": "7s", "idle_in_transaction_session_timeout": "10s", "jit": "on"} {
 		if got := show(own, name); got != want {
 			t.Errorf("DSN's %s = %s, want %s", name, got, want)
 		}
