@@ -2,6 +2,7 @@ package vigil
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -102,5 +103,101 @@ func TestOpenAcquiresLeasesInChunks(t *testing.T) {
 		if got := rt.actors[core.SessionID(id)] != nil; got != (i != 7) {
 			t.Errorf("session %d (%s) taken over: %v, want %v", i, id, got, i != 7)
 		}
+	}
+}
+
+// readCounter counts the reads a takeover makes of a store.
+type readCounter struct {
+	*memstore.Store
+	tails, snapshots, events atomic.Int64
+}
+
+func (c *readCounter) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	c.tails.Add(1)
+	return c.Store.TailLoadMany(ctx, p)
+}
+
+func (c *readCounter) SnapshotLoad(ctx context.Context, session string) (*store.Snapshot, error) {
+	c.snapshots.Add(1)
+	return c.Store.SnapshotLoad(ctx, session)
+}
+
+func (c *readCounter) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
+	c.events.Add(1)
+	return c.Store.EventList(ctx, p)
+}
+
+// TestOpenReadsTailsInChunks: Open reads the snapshots and the events
+// after them of the sessions it takes over a chunk at a time
+// (TailLoadMany), after a crash (events after the snapshots) and after a
+// clean stop (none): no takeover reads its own, nor its projection the
+// events again.
+func TestOpenReadsTailsInChunks(t *testing.T) {
+	ctx := context.Background()
+	st := &readCounter{Store: memstore.New()}
+	first := openWith(t, st, mustParse(t, idleScenario), nil)
+	ids := make([]SessionID, 2*acquireChunk+5)
+	for i := range ids {
+		sess, err := first.CreateSession(ctx, &SessionParams{})
+		must(t, err)
+		ids[i] = sess.ID
+	}
+	for _, id := range ids[:10] {
+		must(t, first.Hold(ctx, id, &HoldParams{By: "test", Reason: "events after the snapshot"}))
+	}
+	// A crash: the runtime's stop writes nothing.
+	st.FailWrites(errors.New("the process was killed"))
+	must(t, first.Close())
+	st.FailWrites(nil)
+	for _, stop := range []string{"a crash", "a clean stop"} {
+		st.tails.Store(0)
+		st.snapshots.Store(0)
+		st.events.Store(0)
+		rt := openWith(t, st, mustParse(t, idleScenario), nil)
+		if n, s, e := st.tails.Load(), st.snapshots.Load(), st.events.Load(); n != 3 || s != 0 || e != 0 {
+			t.Errorf("Open of %d sessions after %s made %d TailLoadMany, %d SnapshotLoad and %d EventList calls; want 3 (chunks of %d), 0 and 0", len(ids), stop, n, s, e, acquireChunk)
+		}
+		for _, id := range ids[:10] {
+			s, err := rt.SessionStatus(ctx, id)
+			must(t, err)
+			if s.Hold == nil {
+				t.Errorf("session %s after %s: not held; its last event was lost", id, stop)
+			}
+		}
+		must(t, rt.Close())
+	}
+}
+
+// TestLoadStateTailReadsOn: a tail read in part (TailLoadMany cut at its
+// Limit) is read on from the store, to the same state and events as a
+// read from scratch.
+func TestLoadStateTailReadsOn(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	sess, err := rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	for i := range 6 {
+		if i%2 == 0 {
+			must(t, rt.Hold(ctx, sess.ID, &HoldParams{By: "test", Reason: "events"}))
+		} else {
+			must(t, rt.Resume(ctx, sess.ID, "test"))
+		}
+	}
+	st.FailWrites(errors.New("the process was killed")) // no snapshot at stop
+	must(t, rt.Close())
+	st.FailWrites(nil)
+	want, wantTail, err := loadStateTail(ctx, st, string(sess.ID), nil)
+	must(t, err)
+	tails, err := st.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: []string{string(sess.ID)}, Limit: 2})
+	must(t, err)
+	if len(tails) != 1 || tails[0].Complete || wantTail.End-wantTail.After <= 2 {
+		t.Fatalf("the tail read: %+v; want one cut at 2 of %d events", tails, wantTail.End-wantTail.After)
+	}
+	got, gotTail, err := loadStateTail(ctx, st, string(sess.ID), &tails[0])
+	must(t, err)
+	if got.Seq != want.Seq || (got.Hold == nil) != (want.Hold == nil) || gotTail.After != wantTail.After || gotTail.End != wantTail.End || len(gotTail.Events) != len(wantTail.Events) {
+		t.Fatalf("read on from a cut tail: seq %d, tail %d..%d of %d events; want seq %d, tail %d..%d of %d events",
+			got.Seq, gotTail.After, gotTail.End, len(gotTail.Events), want.Seq, wantTail.After, wantTail.End, len(wantTail.Events))
 	}
 }

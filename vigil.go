@@ -313,12 +313,13 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			todo = append(todo, &rows[i])
 		}
 	}
-	// The sessions are reserved for their takeovers and their leases
-	// acquired a chunk at a time, in one call, as the workers come to the
-	// chunk (before, a transaction each: with 10,000 sessions on
-	// PostgreSQL, most of Open's time). A cluster node's chunks are small:
-	// a request for a reserved session waits for its takeover, where it
-	// would otherwise take the session over itself.
+	// The sessions are reserved for their takeovers, their leases
+	// acquired and then their tails read (snapshots and the events after
+	// them) a chunk at a time, in one call each, as the workers come to
+	// the chunk before it (before, a transaction and two reads each: with
+	// 10,000 sessions on PostgreSQL, most of Open's time). A cluster
+	// node's chunks are small: a request for a reserved session waits for
+	// its takeover, where it would otherwise take the session over itself.
 	chunk := acquireChunk
 	if r.cl != nil {
 		chunk = clusterAcquireChunk
@@ -343,6 +344,7 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 			}
 		}
 		r.acquireLeases(ctx, part[:n])
+		r.loadTails(ctx, part[:n])
 	}
 	var (
 		mu     sync.Mutex
@@ -381,6 +383,16 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 					continue
 				}
 				chunks[k].Do(func() { prepare(k) })
+				if i == k*chunk && k+1 < len(chunks) {
+					// The next chunk's leases and tails are read while
+					// this one's sessions are taken over: one chunk
+					// ahead, no more, so that no lease waits long.
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						chunks[k+1].Do(func() { prepare(k + 1) })
+					}()
+				}
 				if jobs[i].t == nil {
 					continue // running here already, or being taken over
 				}
@@ -393,7 +405,9 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 					// written twice).
 					row = nil
 				}
-				_, err := r.adoptReserved(ctx, id, row, jobs[i].t, jobs[i].lease)
+				tail := jobs[i].tail
+				jobs[i].tail = nil // not held until the last takeover ends
+				_, err := r.adoptReserved(ctx, id, row, jobs[i].t, jobs[i].lease, tail)
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
 				case errors.Is(err, errRuntimeDone), r.closing():
@@ -433,11 +447,13 @@ const (
 // recoverJob is a session recoverAll takes over: its row as listed, its
 // reserved takeover and, once its chunk's leases are acquired, its lease
 // (nil when another owner held it, or the call failed: its takeover then
-// acquires it alone, as adopt does).
+// acquires it alone, as adopt does) and its tail, read under that lease
+// (nil when it was not read: its takeover reads it).
 type recoverJob struct {
 	row   *store.SessionRow
 	t     *takeover
 	lease *store.Lease
+	tail  *store.Tail
 }
 
 // acquireLeases acquires the leases of jobs in one store call. A failure
@@ -458,6 +474,43 @@ func (r *Runtime) acquireLeases(ctx context.Context, jobs []recoverJob) {
 	}
 	for i := range jobs {
 		jobs[i].lease = leases[jobs[i].row.ID]
+	}
+}
+
+// tailLimit is how many events of a session after its snapshot
+// loadTails reads, and tailBytes how many bytes of snapshots and events
+// it reads for a chunk of sessions at most; a takeover reads what is left
+// itself. At rest a session saves a snapshot after 16 events, so most
+// tails are far shorter; an idle session's snapshot is a few KiB.
+const (
+	tailLimit = 256
+	tailBytes = 16 << 20
+)
+
+// loadTails reads, in one store call, the tails of the jobs whose lease
+// was acquired. The ones it did not get to (tailBytes), or a failure,
+// leave each takeover to read its own.
+func (r *Runtime) loadTails(ctx context.Context, jobs []recoverJob) {
+	var ids []string
+	at := make(map[string]int, len(jobs))
+	for i, j := range jobs {
+		if j.lease != nil {
+			ids = append(ids, j.row.ID)
+			at[j.row.ID] = i
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	tails, err := r.st.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: ids, Limit: tailLimit, MaxBytes: tailBytes})
+	if err != nil {
+		r.log.Debug("could not read the tails of a chunk of sessions at once; each takeover reads its own", "sessions", len(ids), "err", err)
+		return
+	}
+	for i := range tails {
+		if k, ok := at[tails[i].Session]; ok {
+			jobs[k].tail = &tails[i]
+		}
 	}
 }
 
@@ -482,7 +535,7 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID, row *store.Sessi
 	if t == nil {
 		return a, err
 	}
-	return r.adoptReserved(ctx, id, row, t, nil)
+	return r.adoptReserved(ctx, id, row, t, nil, nil)
 }
 
 // reserve marks session id as being taken over by this runtime: it
@@ -509,10 +562,11 @@ func (r *Runtime) reserve(id core.SessionID) (*takeover, *actor, error) {
 }
 
 // adoptReserved takes over a session reserve reserved, under lease when
-// one was acquired for it already (nil: takeOver acquires it), and
-// registers its actor.
-func (r *Runtime) adoptReserved(ctx context.Context, id core.SessionID, row *store.SessionRow, t *takeover, lease *store.Lease) (*actor, error) {
-	a, err := r.takeOver(ctx, id, row, lease)
+// one was acquired for it already (nil: takeOver acquires it), from its
+// tail pre when that was read under the lease already (nil: takeOver reads
+// it), and registers its actor.
+func (r *Runtime) adoptReserved(ctx context.Context, id core.SessionID, row *store.SessionRow, t *takeover, lease *store.Lease, pre *store.Tail) (*actor, error) {
+	a, err := r.takeOver(ctx, id, row, lease, pre)
 	return r.finishReserved(id, t, a, err)
 }
 
@@ -546,8 +600,9 @@ func (r *Runtime) finishReserved(id core.SessionID, t *takeover, a *actor, err e
 // of this host that is gone is taken at once.
 //
 // row, when not nil, is the session's row as a listing read it before the
-// lease was taken: its LastSeq is at most the stored one's.
-func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow, lease *store.Lease) (*actor, error) {
+// lease was taken: its LastSeq is at most the stored one's. pre, when not
+// nil, is the session's tail read under lease (loadStateTail).
+func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow, lease *store.Lease, pre *store.Tail) (*actor, error) {
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
 	if lease == nil {
 		var err error
@@ -562,7 +617,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 		}
 	}
 	previous, cause := r.logTakeover(id, lease, p.Steal)
-	s, tail, err := loadStateTail(ctx, r.st, string(id))
+	s, tail, err := loadStateTail(ctx, r.st, string(id), pre)
 	if err != nil {
 		r.giveUpIfClosing(lease, err)
 		return nil, err
@@ -644,7 +699,7 @@ func (r *Runtime) giveUp(l *store.Lease, why error) {
 // loadState rebuilds a session from its newest snapshot and the events
 // after it.
 func loadState(ctx context.Context, st store.Store, id string) (*core.State, error) {
-	s, _, err := loadStateTail(ctx, st, id)
+	s, _, err := loadStateTail(ctx, st, id, nil)
 	return s, err
 }
 
@@ -660,43 +715,61 @@ type logTail struct {
 
 // loadStateTail is loadState that also returns the events it read after
 // the snapshot, for a takeover's first projection (reproject), which
-// reads them otherwise.
-func loadStateTail(ctx context.Context, st store.Store, id string) (*core.State, *logTail, error) {
+// reads them otherwise. pre, when not nil, is the session's tail read
+// already (TailLoadMany: recoverAll reads a chunk of sessions' at once);
+// what it misses is read on from the store.
+func loadStateTail(ctx context.Context, st store.Store, id string, pre *store.Tail) (*core.State, *logTail, error) {
+	if pre == nil {
+		pre = &store.Tail{Session: id}
+		snap, err := st.SnapshotLoad(ctx, id)
+		switch {
+		case err == nil:
+			pre.Snapshot = snap
+		case errors.Is(err, store.ErrNotFound):
+		default:
+			return nil, nil, fmt.Errorf("load snapshot: %w", err)
+		}
+	}
 	s := core.NewState()
 	snapBytes := 0
-	snap, err := st.SnapshotLoad(ctx, id)
-	switch {
-	case err == nil:
+	if snap := pre.Snapshot; snap != nil {
 		if err := decodeState(snap.Data, s); err != nil {
 			return nil, nil, fmt.Errorf("decode snapshot at %d: %w", snap.Seq, err)
 		}
 		snapBytes = len(snap.Data)
-	case errors.Is(err, store.ErrNotFound):
-	default:
-		return nil, nil, fmt.Errorf("load snapshot: %w", err)
 	}
-	tail := &logTail{After: s.Seq, SnapBytes: snapBytes}
-	for page := 0; ; page++ {
-		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: 10_000})
-		if err != nil {
-			return nil, nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
-		}
-		if page == 0 && len(recs) < 10_000 {
-			tail.Events = make([]core.Event, 0, len(recs))
+	// The events are kept while they fit in one page (none read is an
+	// empty tail, not a missing one).
+	tail := &logTail{After: s.Seq, SnapBytes: snapBytes, Events: make([]core.Event, 0, len(pre.Records))}
+	keep := true
+	apply := func(recs []store.Record) error {
+		if keep = keep && len(tail.Events)+len(recs) < eventPage; !keep {
+			tail.Events = nil
 		}
 		for _, rec := range recs {
 			e, err := decodeEvent(rec)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			core.Apply(s, e)
-			if tail.Events != nil {
+			if keep {
 				tail.Events = append(tail.Events, e)
 			}
 		}
-		if len(recs) < 10_000 {
-			break
+		return nil
+	}
+	if err := apply(pre.Records); err != nil {
+		return nil, nil, err
+	}
+	for done := pre.Complete; !done; {
+		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: eventPage})
+		if err != nil {
+			return nil, nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
 		}
+		if err := apply(recs); err != nil {
+			return nil, nil, err
+		}
+		done = len(recs) < eventPage
 	}
 	if s.Session.ID == "" {
 		return nil, nil, fmt.Errorf("session %s: %w", id, errNoSession)
@@ -704,6 +777,9 @@ func loadStateTail(ctx context.Context, st store.Store, id string) (*core.State,
 	tail.End = s.Seq
 	return s, tail, nil
 }
+
+// eventPage is how many events loadStateTail reads a call.
+const eventPage = 10_000
 
 // DecodeEvent decodes a stored record into a core event.
 func decodeEvent(rec store.Record) (core.Event, error) {
