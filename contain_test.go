@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,28 @@ func TestIsolationDefaults(t *testing.T) {
 	}
 	if _, err := isolationFor(Sandbox{Mode: "workspace-write"}, sandbox.Report{}, Containment{}); !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Fatalf("explicit workspace-write without a sandbox: %v; want it refused", err)
+	}
+}
+
+// TestRootsMemo: the data directory's cgroup roots are read again only
+// when the file changed, and a root recorded since is seen.
+func TestRootsMemo(t *testing.T) {
+	dir := t.TempDir()
+	var m rootsMemo
+	if got := m.get(dir); got != nil || m.readCount != 0 {
+		t.Fatalf("no file: roots %v, %d reads; want none", got, m.readCount)
+	}
+	must(t, recordRoot(dir, "/sys/fs/cgroup/vigil-one"))
+	for range 3 {
+		if got := m.get(dir); !slices.Equal(got, []string{"/sys/fs/cgroup/vigil-one"}) {
+			t.Fatalf("roots %v, want vigil-one", got)
+		}
+	}
+	if m.readCount != 1 {
+		t.Errorf("3 gets of an unchanged file read it %d times, want 1", m.readCount)
+	}
+	must(t, recordRoot(dir, "/sys/fs/cgroup/vigil-two"))
+	if got := m.get(dir); !slices.Equal(got, []string{"/sys/fs/cgroup/vigil-one", "/sys/fs/cgroup/vigil-two"}) || m.readCount != 2 {
+		t.Errorf("after a root was recorded: roots %v, %d reads; want both, 2", got, m.readCount)
 	}
 }

@@ -171,6 +171,8 @@ type Runtime struct {
 	sandbox sandbox.Report
 	// tools are the sessions' added tools (SetTools), under mu.
 	tools map[SessionID]ToolSet
+	// roots are the cgroup roots runtimes on the data directory used.
+	roots rootsMemo
 }
 
 // Open starts a runtime on a store and takes over every open session in it:
