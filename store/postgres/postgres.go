@@ -78,7 +78,9 @@
 // remains: the server arms idle_in_transaction_session_timeout only
 // between batches, so a node stopped in the middle of writing its commit
 // batch (one larger than the socket's send buffer takes in one write)
-// keeps its rows until it resumes or its connection dies.
+// keeps its rows until it resumes or its connection dies. Connections
+// also turn jit off (the store's statements are short; a DSN that sets
+// jit wins).
 //
 // # Several nodes
 //
