@@ -56,21 +56,38 @@ func TestOpenTakesOverManySessions(t *testing.T) {
 	})
 }
 
-// leaseCounter counts a store's lease acquisitions, one by one and many
-// at once.
-type leaseCounter struct {
+// callCounter counts the calls Open makes of a store: lease acquisitions,
+// one by one and many at once, and the reads of sessions' snapshots and
+// events.
+type callCounter struct {
 	*memstore.Store
-	ones, manys atomic.Int64
+	ones, manys              atomic.Int64
+	tails, snapshots, events atomic.Int64
 }
 
-func (c *leaseCounter) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
+func (c *callCounter) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) (*store.Lease, error) {
 	c.ones.Add(1)
 	return c.Store.LeaseAcquire(ctx, p)
 }
 
-func (c *leaseCounter) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
+func (c *callCounter) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcquireManyParams) (*store.LeaseAcquireManyResult, error) {
 	c.manys.Add(1)
 	return c.Store.LeaseAcquireMany(ctx, p)
+}
+
+func (c *callCounter) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	c.tails.Add(1)
+	return c.Store.TailLoadMany(ctx, p)
+}
+
+func (c *callCounter) SnapshotLoad(ctx context.Context, session string) (*store.Snapshot, error) {
+	c.snapshots.Add(1)
+	return c.Store.SnapshotLoad(ctx, session)
+}
+
+func (c *callCounter) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
+	c.events.Add(1)
+	return c.Store.EventList(ctx, p)
 }
 
 // TestOpenAcquiresLeasesInChunks: Open acquires the leases of the sessions
@@ -79,7 +96,7 @@ func (c *leaseCounter) LeaseAcquireMany(ctx context.Context, p *store.LeaseAcqui
 // alone tries the lease again.
 func TestOpenAcquiresLeasesInChunks(t *testing.T) {
 	ctx := context.Background()
-	st := &leaseCounter{Store: memstore.New()}
+	st := &callCounter{Store: memstore.New()}
 	first := openWith(t, st, mustParse(t, idleScenario), nil)
 	ids := make([]SessionID, 2*acquireChunk+5)
 	for i := range ids {
@@ -106,27 +123,6 @@ func TestOpenAcquiresLeasesInChunks(t *testing.T) {
 	}
 }
 
-// readCounter counts the reads a takeover makes of a store.
-type readCounter struct {
-	*memstore.Store
-	tails, snapshots, events atomic.Int64
-}
-
-func (c *readCounter) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
-	c.tails.Add(1)
-	return c.Store.TailLoadMany(ctx, p)
-}
-
-func (c *readCounter) SnapshotLoad(ctx context.Context, session string) (*store.Snapshot, error) {
-	c.snapshots.Add(1)
-	return c.Store.SnapshotLoad(ctx, session)
-}
-
-func (c *readCounter) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
-	c.events.Add(1)
-	return c.Store.EventList(ctx, p)
-}
-
 // TestOpenReadsTailsInChunks: Open reads the snapshots and the events
 // after them of the sessions it takes over a chunk at a time
 // (TailLoadMany), after a crash (events after the snapshots) and after a
@@ -134,7 +130,7 @@ func (c *readCounter) EventList(ctx context.Context, p *store.EventListParams) (
 // events again.
 func TestOpenReadsTailsInChunks(t *testing.T) {
 	ctx := context.Background()
-	st := &readCounter{Store: memstore.New()}
+	st := &callCounter{Store: memstore.New()}
 	first := openWith(t, st, mustParse(t, idleScenario), nil)
 	ids := make([]SessionID, 2*acquireChunk+5)
 	for i := range ids {
