@@ -162,20 +162,6 @@ type LeaseAcquireManyParams struct {
 	Now      time.Time
 }
 
-// Distinct returns the sessions asked for, each once, in the order first
-// named.
-func (p *TailLoadManyParams) Distinct() []string {
-	seen := make(map[string]bool, len(p.Sessions))
-	out := make([]string, 0, len(p.Sessions))
-	for _, s := range p.Sessions {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // Distinct returns the sessions asked for, sorted, each once: the order a
 // backend locks their rows in.
 func (p *LeaseAcquireManyParams) Distinct() []string {
@@ -272,13 +258,27 @@ type TailLoadManyParams struct {
 	Sessions []string
 	// Limit bounds the records read per session; 0 means no bound.
 	Limit int
-	// MaxBytes bounds what the call reads, snapshots and records together
-	// (by the size of their data); 0 means no bound. The call stops at the session
-	// where it would go past it: that session's records are cut there
-	// (its tail is not complete), or it is not read at all when its
-	// snapshot does not fit, and the sessions after it are not read. The
-	// first session's snapshot is read whatever its size.
+	// MaxBytes bounds what the call reads, snapshots and records
+	// together (by the size of their data); 0 means no bound. The call
+	// stops at the session where it would go past it: that session's
+	// records are cut there (its tail is not complete), or it is not read
+	// at all when its snapshot does not fit, and the sessions after it are
+	// not read. The first session's snapshot is read whatever its size.
 	MaxBytes int
+}
+
+// Distinct returns the sessions asked for, each once, in the order first
+// named.
+func (p *TailLoadManyParams) Distinct() []string {
+	seen := make(map[string]bool, len(p.Sessions))
+	out := make([]string, 0, len(p.Sessions))
+	for _, s := range p.Sessions {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Tail is what rebuilds one session: its newest snapshot, when it has
@@ -291,9 +291,9 @@ type Tail struct {
 	// without one), in order, at most Limit of them.
 	Records []Record
 	// Complete says Records hold every record after the snapshot, as of
-	// the read. A tail cut at Limit is not complete, and one of exactly
-	// Limit records may be reported either way: read on with EventList
-	// after its last record.
+	// the read. A tail cut at Limit or by MaxBytes is not complete, and
+	// one of exactly Limit records may be reported either way: read on
+	// with EventList after its last record.
 	Complete bool
 }
 

@@ -586,8 +586,9 @@ func (s *Store) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) (
 						return err
 					}
 					if p.MaxBytes > 0 {
-						// What a step holds, as stored: its records'
-						// data, as the other backends count it.
+						// A step counts by its records' data, as in
+						// the memory store (PostgreSQL counts a step
+						// as it is stored).
 						n := 0
 						for _, r := range t.Records[from:] {
 							n += len(r.Data)
