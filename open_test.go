@@ -197,3 +197,75 @@ func TestLoadStateTailReadsOn(t *testing.T) {
 			got.Seq, gotTail.After, gotTail.End, len(gotTail.Events), want.Seq, wantTail.After, wantTail.End, len(wantTail.Events))
 	}
 }
+
+// blockingTails blocks the second TailLoadMany call until its context
+// ends, and closes blocked when it does.
+type blockingTails struct {
+	*memstore.Store
+	calls   atomic.Int64
+	blocked chan struct{}
+}
+
+func (s *blockingTails) TailLoadMany(ctx context.Context, p *store.TailLoadManyParams) ([]store.Tail, error) {
+	if s.calls.Add(1) == 2 {
+		close(s.blocked)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.TailLoadMany(ctx, p)
+}
+
+// TestCloseDuringAdoption: Close while a pass of the adoption loop takes
+// sessions over, its first chunk done and its second reading tails, leaves
+// none of the leases it acquired held: the first chunk's sessions stop
+// and release theirs, the second's are given up (or taken over and then
+// released), and the sessions it did not come to keep the leases they had.
+func TestCloseDuringAdoption(t *testing.T) {
+	ctx := context.Background()
+	st := &blockingTails{Store: memstore.New(), blocked: make(chan struct{})}
+	first := openWith(t, st, mustParse(t, idleScenario), nil)
+	ids := make([]SessionID, 3*acquireChunk+5)
+	for i := range ids {
+		sess, err := first.CreateSession(ctx, &SessionParams{})
+		must(t, err)
+		ids[i] = sess.ID
+	}
+	st.FailWrites(errors.New("the process was killed")) // its leases stay held
+	must(t, first.Close())
+	st.FailWrites(nil)
+	before, err := st.LeaseList(ctx)
+	must(t, err)
+	epochs := map[string]int64{}
+	for _, l := range before {
+		if l.Released {
+			t.Fatalf("lease of %s released by a crashed runtime", l.Session)
+		}
+		epochs[l.Session] = l.Epoch
+	}
+
+	var adopt atomic.Bool
+	rt := openWith(t, st, mustParse(t, idleScenario), func(o *Options) {
+		o.LeaseTTL = 300 * time.Millisecond // an adoption pass every 100 ms
+		o.Adopt = func(SessionSummary) bool { return adopt.Load() }
+	})
+	adopt.Store(true)
+	<-st.blocked // the pass took the first chunk over and reads the second's tails
+	must(t, rt.Close())
+
+	after, err := st.LeaseList(ctx)
+	must(t, err)
+	taken, untouched := 0, 0
+	for _, l := range after {
+		switch {
+		case l.Epoch == epochs[l.Session]:
+			untouched++
+		case !l.Released:
+			t.Errorf("lease of %s at epoch %d (was %d) held after Close", l.Session, l.Epoch, epochs[l.Session])
+		default:
+			taken++
+		}
+	}
+	if taken < acquireChunk || untouched < acquireChunk || taken+untouched != len(ids) {
+		t.Errorf("%d sessions' leases taken and released, %d untouched, of %d; want the first chunk or two taken, the last untouched", taken, untouched, len(ids))
+	}
+}
