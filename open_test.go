@@ -98,12 +98,7 @@ func TestOpenAcquiresLeasesInChunks(t *testing.T) {
 	ctx := context.Background()
 	st := &callCounter{Store: memstore.New()}
 	first := openWith(t, st, mustParse(t, idleScenario), nil)
-	ids := make([]SessionID, 2*acquireChunk+5)
-	for i := range ids {
-		sess, err := first.CreateSession(ctx, &SessionParams{})
-		must(t, err)
-		ids[i] = sess.ID
-	}
+	ids := createSessions(t, first, 2*acquireChunk+5)
 	must(t, first.Close())
 	// Another owner, alive, holds one of them.
 	if _, err := st.Store.LeaseAcquire(ctx, &store.LeaseAcquireParams{Session: string(ids[7]), Owner: "elsewhere", TTL: time.Hour, Now: time.Now()}); err != nil {
@@ -132,12 +127,7 @@ func TestOpenReadsTailsInChunks(t *testing.T) {
 	ctx := context.Background()
 	st := &callCounter{Store: memstore.New()}
 	first := openWith(t, st, mustParse(t, idleScenario), nil)
-	ids := make([]SessionID, 2*acquireChunk+5)
-	for i := range ids {
-		sess, err := first.CreateSession(ctx, &SessionParams{})
-		must(t, err)
-		ids[i] = sess.ID
-	}
+	ids := createSessions(t, first, 2*acquireChunk+5)
 	for _, id := range ids[:10] {
 		must(t, first.Hold(ctx, id, &HoldParams{By: "test", Reason: "events after the snapshot"}))
 	}
@@ -224,12 +214,7 @@ func TestCloseDuringAdoption(t *testing.T) {
 	ctx := context.Background()
 	st := &blockingTails{Store: memstore.New(), blocked: make(chan struct{})}
 	first := openWith(t, st, mustParse(t, idleScenario), nil)
-	ids := make([]SessionID, 3*acquireChunk+5)
-	for i := range ids {
-		sess, err := first.CreateSession(ctx, &SessionParams{})
-		must(t, err)
-		ids[i] = sess.ID
-	}
+	ids := createSessions(t, first, 3*acquireChunk+5)
 	st.FailWrites(errors.New("the process was killed")) // its leases stay held
 	must(t, first.Close())
 	st.FailWrites(nil)
@@ -268,4 +253,17 @@ func TestCloseDuringAdoption(t *testing.T) {
 	if taken < acquireChunk || untouched < acquireChunk || taken+untouched != len(ids) {
 		t.Errorf("%d sessions' leases taken and released, %d untouched, of %d; want the first chunk or two taken, the last untouched", taken, untouched, len(ids))
 	}
+}
+
+// createSessions creates n sessions on rt without a prompt and returns
+// their ids.
+func createSessions(t *testing.T, rt *Runtime, n int) []SessionID {
+	t.Helper()
+	ids := make([]SessionID, n)
+	for i := range ids {
+		sess, err := rt.CreateSession(context.Background(), &SessionParams{})
+		must(t, err)
+		ids[i] = sess.ID
+	}
+	return ids
 }
