@@ -977,7 +977,9 @@ func (a *actor) loseLease(why error) {
 // before recovery reports anything (rule 7: a task is not reported ended
 // while a process of it lives). With cgroups that is every process in the
 // session's groups; without, the process groups of the recorded leaders.
-func (a *actor) killStale() {
+// scan, when not nil, is what the recovery pass found under the cgroup
+// roots (killSessionGroups).
+func (a *actor) killStale(scan *groupScan) {
 	var groups []string
 	for _, id := range a.state.Order {
 		ag := a.state.Agents[id]
@@ -1012,7 +1014,7 @@ func (a *actor) killStale() {
 			a.rt.log.Warn("ended a process left by the previous vigil", "session", a.id, "task", id, "pid", t.PID)
 		}
 	}
-	if n := a.killSessionGroups(groups); n > 0 {
+	if n := a.killSessionGroups(groups, scan); n > 0 {
 		a.rt.log.Warn("ended processes left by the previous vigil", "session", a.id, "processes", n)
 	}
 }

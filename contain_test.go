@@ -21,6 +21,9 @@ import (
 // A successor started in another cgroup than the vigil it follows (another
 // terminal, another service) still ends what that vigil left under its
 // own cgroup root: the data directory lists every root its runtimes used.
+// A takeover looks for the session's directory under each root itself, or
+// takes what its recovery pass listed (scanGroups): a directory the
+// listing did not have is not looked for.
 func TestSuccessorSweepsEveryRecordedRoot(t *testing.T) {
 	base, err := shell.CgroupBase()
 	if err != nil {
@@ -31,24 +34,45 @@ func TestSuccessorSweepsEveryRecordedRoot(t *testing.T) {
 	}
 	sc, err := script.Parse([]byte("name: none\nagents:\n  main:\n    turns:\n      - say: hi\n"))
 	must(t, err)
-	data := t.TempDir()
-	rt := openWith(t, memstore.New(), sc, func(o *Options) { o.DataDir = data })
-	// The earlier vigil's root, elsewhere, and a foreground command it left
-	// there (never recorded in the store).
-	old := filepath.Join(base, fmt.Sprintf("vigil-test-old-%d", rand.Uint64()))
-	t.Cleanup(func() { shell.KillCgroup(old, time.Minute) })
-	must(t, recordRoot(data, old))
-	p, err := shell.Start(shell.Spec{Command: "setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 300", Cgroup: filepath.Join(old, "s1", "tool-a0-tu1")})
-	must(t, err)
-	a := &actor{rt: rt, id: core.SessionID("s1")}
-	if n := a.killSessionGroups(nil); n < 1 {
-		t.Fatalf("the sweep ended %d processes; want the earlier vigil's command", n)
-	}
-	if res := p.Wait(); res.Signal == "" && res.ExitCode == 0 {
-		t.Fatalf("the command was not killed: %+v", res)
-	}
-	if pids, _ := shell.CgroupProcs(filepath.Join(old, "s1")); len(pids) > 0 {
-		t.Fatalf("processes %v outlived the sweep", pids)
+	for _, how := range []string{"stat", "scan", "scan before"} {
+		t.Run(how, func(t *testing.T) {
+			data := t.TempDir()
+			rt := openWith(t, memstore.New(), sc, func(o *Options) { o.DataDir = data })
+			// The earlier vigil's root, elsewhere, and a foreground command
+			// it left there (never recorded in the store).
+			old := filepath.Join(base, fmt.Sprintf("vigil-test-old-%d", rand.Uint64()))
+			t.Cleanup(func() { shell.KillCgroup(old, time.Minute) })
+			must(t, recordRoot(data, old))
+			before := rt.scanGroups()
+			p, err := shell.Start(shell.Spec{Command: "setsid -f sleep 300 </dev/null >/dev/null 2>&1; sleep 300", Cgroup: filepath.Join(old, "s1", "tool-a0-tu1")})
+			must(t, err)
+			a := &actor{rt: rt, id: core.SessionID("s1")}
+			var scan *groupScan
+			switch how {
+			case "scan":
+				if scan = rt.scanGroups(); scan == nil || !slices.Contains(scan.roots, old) {
+					t.Fatalf("scan %+v: want the earlier vigil's root %s listed", scan, old)
+				}
+			case "scan before":
+				// The listing is what the pass goes by: a directory made
+				// after it is not looked for (at Open, nothing makes one).
+				if n := a.killSessionGroups(nil, before); n != 0 {
+					t.Fatalf("a sweep by a listing taken before the command ended %d processes; want none (it looked for the directory itself)", n)
+				}
+				if pids, _ := shell.CgroupProcs(filepath.Join(old, "s1")); len(pids) == 0 {
+					t.Fatal("no process in the session's group after a sweep that should not have seen it; want the command's")
+				}
+			}
+			if n := a.killSessionGroups(nil, scan); n < 1 {
+				t.Fatalf("the sweep ended %d processes; want the earlier vigil's command", n)
+			}
+			if res := p.Wait(); res.Signal == "" && res.ExitCode == 0 {
+				t.Fatalf("the command was not killed: %+v", res)
+			}
+			if pids, _ := shell.CgroupProcs(filepath.Join(old, "s1")); len(pids) > 0 {
+				t.Fatalf("processes %v outlived the sweep", pids)
+			}
+		})
 	}
 }
 

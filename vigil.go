@@ -326,6 +326,14 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 	if r.cl != nil {
 		chunk = clusterAcquireChunk
 	}
+	// A single node's takeovers follow a vigil that crashed or stopped:
+	// nothing makes a session cgroup while they run, so the cgroup roots
+	// are listed once for all of them. A cluster node's pass lists nothing
+	// and each takeover looks for its own, as adopt's do.
+	var groups *groupScan
+	if r.cl == nil && len(todo) > 0 {
+		groups = r.scanGroups()
+	}
 	jobs := make([]recoverJob, len(todo))
 	for i, row := range todo {
 		jobs[i].row = row
@@ -407,9 +415,9 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 					// written twice).
 					row = nil
 				}
-				tail := jobs[i].tail
+				ahead := readAhead{lease: jobs[i].lease, tail: jobs[i].tail, groups: groups}
 				jobs[i].tail = nil // not held until the last takeover ends
-				_, err := r.adoptReserved(ctx, id, row, jobs[i].t, jobs[i].lease, tail)
+				_, err := r.adoptReserved(ctx, id, row, jobs[i].t, ahead)
 				switch {
 				case err == nil, errors.Is(err, errRecovering):
 				case errors.Is(err, errRuntimeDone), r.closing():
@@ -537,7 +545,7 @@ func (r *Runtime) adopt(ctx context.Context, id core.SessionID, row *store.Sessi
 	if t == nil {
 		return a, err
 	}
-	return r.adoptReserved(ctx, id, row, t, nil, nil)
+	return r.adoptReserved(ctx, id, row, t, readAhead{})
 }
 
 // reserve marks session id as being taken over by this runtime: it
@@ -563,12 +571,21 @@ func (r *Runtime) reserve(id core.SessionID) (*takeover, *actor, error) {
 	return t, nil, nil
 }
 
-// adoptReserved takes over a session reserve reserved, under lease when
-// one was acquired for it already (nil: takeOver acquires it), from its
-// tail pre when that was read under the lease already (nil: takeOver reads
-// it), and registers its actor.
-func (r *Runtime) adoptReserved(ctx context.Context, id core.SessionID, row *store.SessionRow, t *takeover, lease *store.Lease, pre *store.Tail) (*actor, error) {
-	a, err := r.takeOver(ctx, id, row, lease, pre)
+// readAhead is what a recovery pass read for a takeover before it comes
+// to it; takeOver reads what is nil itself.
+type readAhead struct {
+	// lease is the session's lease, acquired for it already.
+	lease *store.Lease
+	// tail is the session's tail, read under that lease.
+	tail *store.Tail
+	// groups is what the pass found under the cgroup roots (scanGroups).
+	groups *groupScan
+}
+
+// adoptReserved takes over a session reserve reserved, from what the
+// recovery pass read for it already (ahead), and registers its actor.
+func (r *Runtime) adoptReserved(ctx context.Context, id core.SessionID, row *store.SessionRow, t *takeover, ahead readAhead) (*actor, error) {
+	a, err := r.takeOver(ctx, id, row, ahead)
 	return r.finishReserved(id, t, a, err)
 }
 
@@ -597,15 +614,16 @@ func (r *Runtime) finishReserved(id core.SessionID, t *takeover, a *actor, err e
 	return a, err
 }
 
-// takeOver acquires a session's lease (unless lease is one acquired for it
-// already), rebuilds its state and recovers it. A lease held by a process
-// of this host that is gone is taken at once.
+// takeOver acquires a session's lease (unless ahead holds one acquired for
+// it already), rebuilds its state and recovers it. A lease held by a
+// process of this host that is gone is taken at once.
 //
 // row, when not nil, is the session's row as a listing read it before the
-// lease was taken: its LastSeq is at most the stored one's. pre, when not
-// nil, is the session's tail read under lease (loadStateTail).
-func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow, lease *store.Lease, pre *store.Tail) (*actor, error) {
+// lease was taken: its LastSeq is at most the stored one's. ahead.tail,
+// when not nil, is the session's tail read under lease (loadStateTail).
+func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.SessionRow, ahead readAhead) (*actor, error) {
 	p := &store.LeaseAcquireParams{Session: string(id), Owner: r.opts.Node, TTL: r.leaseTTL, Now: r.clock.Now()}
+	lease := ahead.lease
 	if lease == nil {
 		var err error
 		lease, err = r.st.LeaseAcquire(ctx, p)
@@ -619,7 +637,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 		}
 	}
 	previous, cause := r.logTakeover(id, lease, p.Steal)
-	s, tail, err := loadStateTail(ctx, r.st, string(id), pre)
+	s, tail, err := loadStateTail(ctx, r.st, string(id), ahead.tail)
 	if err != nil {
 		r.giveUpIfClosing(lease, err)
 		return nil, err
@@ -631,7 +649,7 @@ func (r *Runtime) takeOver(ctx context.Context, id core.SessionID, row *store.Se
 	// could have written since, and then some notes are projected again
 	// and reported written twice) and the events just read.
 	a.proj.seed = &projSeed{row: row, tail: tail}
-	a.killStale()
+	a.killStale(ahead.groups)
 	a.trace.resume(s) // before the recovery step changes s
 	out := r.core.Step(s, r.clock.Now(), core.Recover{Incarnation: s.Incarnation + 1, Previous: previous, Cause: cause})
 	if _, err := a.commit(ctx, out.Events); err != nil {
