@@ -35,10 +35,13 @@ type Store struct {
 	tasks    map[string][]store.TaskRow
 	items    map[string][]store.ItemRow // the items that wait, in enqueue order
 	notes    map[string][]store.NoteRow
-	nodes    map[string]store.Node
-	outputs  map[outputKey][]byte
-	stats    store.Stats
-	watch    watch.Set
+	// noteAt finds a session's note in notes by its task and run: a long
+	// session's notes were looked for one by one at every step.
+	noteAt  map[string]map[noteKey]int
+	nodes   map[string]store.Node
+	outputs map[outputKey][]byte
+	stats   store.Stats
+	watch   watch.Set
 	// Fail, when set, makes every write return it (tests of full disks and
 	// lost databases).
 	fail error
@@ -51,7 +54,7 @@ func New() *Store {
 		snaps: map[string]store.Snapshot{}, sessions: map[string]store.SessionRow{},
 		agents: map[string]map[string]store.AgentRow{},
 		runs:   map[string]map[string]store.RunRow{}, tasks: map[string][]store.TaskRow{},
-		items: map[string][]store.ItemRow{}, notes: map[string][]store.NoteRow{},
+		items: map[string][]store.ItemRow{}, notes: map[string][]store.NoteRow{}, noteAt: map[string]map[noteKey]int{},
 		nodes: map[string]store.Node{}, outputs: map[outputKey][]byte{},
 	}
 }
@@ -309,21 +312,32 @@ func (m *Store) project(sess string, pr *store.Projection, res *store.AppendResu
 			m.count("items", 1)
 		}
 	}
+	if m.noteAt[sess] == nil {
+		m.noteAt[sess] = map[noteKey]int{}
+	}
 	for _, n := range pr.Notes {
-		i := slices.IndexFunc(m.notes[sess], func(x store.NoteRow) bool { return x.Task == n.Task && x.Run == n.Run })
+		k := noteKey{n.Task, n.Run}
+		i, found := m.noteAt[sess][k]
 		switch {
-		case n.New && i >= 0:
+		case n.New && found:
 			res.DuplicateNotes = append(res.DuplicateNotes, n.Key())
 		case n.New:
+			m.noteAt[sess][k] = len(m.notes[sess])
 			m.notes[sess] = append(m.notes[sess], n)
 			m.count("notes", 1)
-		case i >= 0:
+		case found:
 			if !sameRow(m.notes[sess][i], n) {
 				m.count("notes", 1)
 			}
 			m.notes[sess][i] = n
 		}
 	}
+}
+
+// noteKey is a note's key within its session.
+type noteKey struct {
+	task string
+	run  int
 }
 
 // sameRow reports whether two projection rows hold the same values as a
