@@ -98,8 +98,13 @@ type actor struct {
 	// snapshotted less often, so snapshots cost time in proportion to the
 	// events that pass, not to the square of the session's length.
 	snapBytes int
-	subs      *fanout
-	quiet     []chan struct{}
+	// snapEnc encodes the snapshots of a busy session: it keeps the
+	// encoded full sections of the transcripts, which are then not
+	// encoded again. Dropped when the session comes to rest, so that an
+	// idle session keeps none of it.
+	snapEnc *snapshot.Encoder
+	subs    *fanout
+	quiet   []chan struct{}
 	// proj holds the projection rows not written yet (projection.go).
 	proj projector
 	// holding is set while the actor's goroutine holds a slot of the
@@ -852,7 +857,10 @@ func (a *actor) snapshotNow(msg string) {
 }
 
 func (a *actor) saveSnapshot(s *core.State) error {
-	data, err := snapshot.Encode(s)
+	if a.snapEnc == nil {
+		a.snapEnc = snapshot.NewEncoder()
+	}
+	data, err := a.snapEnc.Encode(s)
 	if err != nil {
 		return err
 	}
@@ -897,6 +905,7 @@ func (a *actor) after(events []core.Event, effects []core.Effect) {
 	if a.state.Quiescent() {
 		// Before the waiters: one that crashes the process finds it.
 		a.snapshotAtRest()
+		a.snapEnc = nil
 		for _, w := range a.quiet {
 			close(w)
 		}

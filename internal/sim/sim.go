@@ -15,6 +15,7 @@
 package sim
 
 import (
+	"bytes"
 	"container/heap"
 	"encoding/json"
 	"fmt"
@@ -54,6 +55,9 @@ type Options struct {
 	// codec, when set, replaces the snapshot codec (tests of the snapshot
 	// check).
 	codec *codec
+	// afterStep, when set, sees the state after each committed step
+	// (tests of a check, which break a rule from outside the core).
+	afterStep func(*core.State)
 }
 
 // TraceFull is the Options.Trace value that keeps every step.
@@ -135,16 +139,19 @@ type world struct {
 	outage outage
 	core   *core.Core
 	state  *core.State
-	log    []core.Event
-	start  time.Time
-	now    time.Time
-	queue  evQueue
-	qseq   int64
-	inc    int64
-	steps  int
-	res    Result
-	chk    *checker
-	trace  []traceStep // the steps the trace keeps, rendered on demand
+	// enc encodes the state's snapshots as a runtime's session does, one
+	// Encoder kept across the incarnation's steps (checkEncoder).
+	enc   *snapshot.Encoder
+	log   []core.Event
+	start time.Time
+	now   time.Time
+	queue evQueue
+	qseq  int64
+	inc   int64
+	steps int
+	res   Result
+	chk   *checker
+	trace []traceStep // the steps the trace keeps, rendered on demand
 	// touched holds, for each agent, the steps that touched it, and
 	// runStep the step at which each run started: cheap enough to keep
 	// always, so that a violation about a run can say where it began.
@@ -367,10 +374,51 @@ func (w *world) step(in core.Input, name string) {
 		w.crash()
 		return
 	}
+	if w.opts.afterStep != nil {
+		w.opts.afterStep(w.state)
+	}
+	w.checkEncoder()
 	w.runEffects(out.Effects)
 	w.scheduleAck()
 	w.chk.stateRules()
 	w.armTick()
+}
+
+// checkEncoder runs on one seed in encoderSeeds, every encoderEvery
+// steps: encoding the state twice at every fourth step of every seed made
+// the simulator four times slower.
+const (
+	encoderSeeds = 8
+	encoderEvery = 4
+)
+
+// checkEncoder: a busy session's snapshots come from one
+// snapshot.Encoder kept across its steps, which writes the transcript
+// sections it encoded before again, unencoded, when their messages are
+// the same ones; it relies on the core never changing a message of a
+// transcript in place. Every encoderEvery steps (of one seed in
+// encoderSeeds) the live state is encoded through the incarnation's
+// Encoder and whole, and the two must be the same bytes.
+func (w *world) checkEncoder() {
+	if w.opts.Seed%encoderSeeds != 0 || w.steps%encoderEvery != 0 {
+		return
+	}
+	if w.enc == nil {
+		w.enc = snapshot.NewEncoderSized(3, 2)
+	}
+	got, err := w.enc.Encode(w.state)
+	if err != nil {
+		w.chk.violate("snapshot", "the Encoder failed: "+err.Error())
+		return
+	}
+	want, err := snapshot.EncodeSized(w.state, 3, 2)
+	if err != nil {
+		w.chk.violate("snapshot", "encoding the state failed: "+err.Error())
+		return
+	}
+	if !bytes.Equal(got, want) {
+		w.chk.violate("snapshot", fmt.Sprintf("at seq %d the Encoder kept since the incarnation began made a snapshot that differs from the state's (%d bytes against %d): a transcript's message changed in place", w.state.Seq, len(got), len(want)))
+	}
 }
 
 // crash throws away everything that was not committed: in-flight effects,
@@ -379,6 +427,7 @@ func (w *world) step(in core.Input, name string) {
 func (w *world) crash() {
 	w.res.Crashes++
 	committed := stateJSON(core.Replay(w.log))
+	w.enc = nil // the next incarnation's state is a new one
 	w.inc++
 	for _, p := range w.procs {
 		p.alive = false
