@@ -252,7 +252,7 @@ func open(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	if err := r.recoverAll(ctx); err != nil {
+	if err := r.recoverAll(ctx, true); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -290,8 +290,9 @@ const recoverWorkers = 128
 const clusterRecoverWorkers = 4
 
 // recoverAll takes over the open sessions of the store that Adopt accepts
-// and no live owner holds, recoverWorkers at a time.
-func (r *Runtime) recoverAll(ctx context.Context) error {
+// and no live owner holds, recoverWorkers at a time. atOpen is set for
+// Open's pass, which precedes the periodic ones (adoptLoop).
+func (r *Runtime) recoverAll(ctx context.Context, atOpen bool) error {
 	var rows []store.SessionRow
 	var err error
 	if r.cl != nil {
@@ -326,12 +327,14 @@ func (r *Runtime) recoverAll(ctx context.Context) error {
 	if r.cl != nil {
 		chunk = clusterAcquireChunk
 	}
-	// A single node's takeovers follow a vigil that crashed or stopped:
-	// nothing makes a session cgroup while they run, so the cgroup roots
-	// are listed once for all of them. A cluster node's pass lists nothing
-	// and each takeover looks for its own, as adopt's do.
+	// At a single node's Open, the sessions taken over were left by a
+	// vigil that crashed or stopped: nothing makes a session cgroup while
+	// they are taken over, so the cgroup roots are listed once for all of
+	// them. A later pass, or a cluster node's, lists nothing, and each
+	// takeover looks for its session's groups after taking its lease, as
+	// adopt's do.
 	var groups *groupScan
-	if r.cl == nil && len(todo) > 0 {
+	if atOpen && r.cl == nil && len(todo) > 0 {
 		groups = r.scanGroups()
 	}
 	jobs := make([]recoverJob, len(todo))
@@ -836,7 +839,7 @@ func (r *Runtime) adoptLoop() func() {
 		d, poke = 2*r.cl.opts.Heartbeat, r.cl.adoptNow
 	}
 	return r.periodically(d, poke, func() {
-		if err := r.recoverAll(r.ctx); err != nil && r.ctx.Err() == nil {
+		if err := r.recoverAll(r.ctx, false); err != nil && r.ctx.Err() == nil {
 			r.log.Warn("adopting orphaned sessions failed; will retry", "err", err)
 		}
 	})
