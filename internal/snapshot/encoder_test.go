@@ -13,9 +13,9 @@ import (
 // TestEncoder: an Encoder kept across a state's changes makes the same
 // snapshots as EncodeSized, as messages are appended, a transcript is cut
 // (as a retry cuts it: a new slice, new blocks for the message it cuts)
-// and an agent goes. An Encoder that took a section
-// for the same one by its roles and lengths alone writes stale bytes
-// after a cut and is caught.
+// and an agent goes. An Encoder that took a section for the same one by
+// its roles and lengths alone writes stale bytes after a cut and is
+// caught.
 func TestEncoder(t *testing.T) {
 	e := NewEncoderSized(3, 2)
 	if bad := encoderMismatch(e); bad != "" {
