@@ -135,6 +135,12 @@ func BenchmarkReplay(b *testing.B) {
 	storetest.BenchReplay(b, openTest(b, testDB(b)), 100_000)
 }
 
+// BenchmarkSnapshotLoad reads a 64 MiB snapshot back, as a recovery does;
+// an op is one read.
+func BenchmarkSnapshotLoad(b *testing.B) {
+	storetest.BenchSnapshotLoad(b, openTest(b, testDB(b)), 64<<20)
+}
+
 // BenchmarkDurableNotifications appends the step that ends a subagent run
 // (run.ended, notification.written, the session and run rows and the new
 // note row) from 8 concurrent sessions. Levers 1 and 2.

@@ -61,6 +61,14 @@ func BenchmarkReplay(b *testing.B) {
 	})
 }
 
+// BenchmarkSnapshotLoad reads a 64 MiB snapshot back (a session of about
+// half a million events has one of that size); an op is one read.
+func BenchmarkSnapshotLoad(b *testing.B) {
+	b.Run(driverName, func(b *testing.B) {
+		storetest.BenchSnapshotLoad(b, benchStore(b, "NORMAL"), 64<<20)
+	})
+}
+
 // BenchmarkDurableNotifications appends the step that ends a subagent run
 // (run.ended, notification.written, the run row and the new note row) from
 // 8 concurrent sessions.

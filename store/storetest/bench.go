@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,4 +136,32 @@ func BenchReplay(b *testing.B, s store.Store, n int) {
 		}
 	}
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchSnapshotLoad reads a session's snapshot of size bytes back, as a
+// recovery does (TailLoadMany of the session, which has no events after
+// it); an op is one read. Before each, the process gives its free memory
+// back to the system, so that each read's memory is new to the process as
+// in a recovery after a restart (each page a fault): a copy too many shows.
+func BenchSnapshotLoad(b *testing.B, s store.Store, size int) {
+	names, epochs := benchSessions(b, s, 1)
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte('a' + i%26)
+	}
+	ctx := context.Background()
+	if err := s.SnapshotSave(ctx, &store.SnapshotSaveParams{Session: names[0], Epoch: epochs[0], Seq: 1, Data: data}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		debug.FreeOSMemory()
+		b.StartTimer()
+		tails, err := s.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: names})
+		if err != nil || len(tails) != 1 || tails[0].Snapshot == nil || len(tails[0].Snapshot.Data) != size {
+			b.Fatalf("load: %d tails, %v", len(tails), err)
+		}
+	}
 }
