@@ -1,6 +1,7 @@
 package vigil
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/internal/snapshot"
 	"github.com/vigilrun/vigil/provider/script"
 	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
@@ -180,12 +182,83 @@ func TestLoadStateTailReadsOn(t *testing.T) {
 	if len(tails) != 1 || tails[0].Complete || wantTail.End-wantTail.After <= 2 {
 		t.Fatalf("the tail read: %+v; want one cut at 2 of %d events", tails, wantTail.End-wantTail.After)
 	}
-	got, gotTail, err := loadStateTail(ctx, st, string(sess.ID), &tails[0])
+	wantSnap, err := snapshot.Encode(want)
 	must(t, err)
-	if got.Seq != want.Seq || (got.Hold == nil) != (want.Hold == nil) || gotTail.After != wantTail.After || gotTail.End != wantTail.End || len(gotTail.Events) != len(wantTail.Events) {
-		t.Fatalf("read on from a cut tail: seq %d, tail %d..%d of %d events; want seq %d, tail %d..%d of %d events",
-			got.Seq, gotTail.After, gotTail.End, len(gotTail.Events), want.Seq, wantTail.After, wantTail.End, len(wantTail.Events))
+	// Read on in pages of 1 to 4 events, then of more than there are:
+	// each page read while the one before is applied.
+	for _, page := range []int{1, 2, 3, 4, eventPage} {
+		got, gotTail, err := loadStateTailPaged(ctx, st, string(sess.ID), &tails[0], page)
+		must(t, err)
+		if got.Seq != want.Seq || (got.Hold == nil) != (want.Hold == nil) || gotTail.After != wantTail.After || gotTail.End != wantTail.End {
+			t.Fatalf("pages of %d: read on from a cut tail: seq %d, tail %d..%d; want seq %d, tail %d..%d",
+				page, got.Seq, gotTail.After, gotTail.End, want.Seq, wantTail.After, wantTail.End)
+		}
+		if keep := wantTail.End-wantTail.After < int64(page); keep != (gotTail.Events != nil) || keep && len(gotTail.Events) != len(wantTail.Events) {
+			t.Fatalf("pages of %d: %d events kept of %d, want them kept only when they fit in a page", page, len(gotTail.Events), wantTail.End-wantTail.After)
+		}
+		if b, err := snapshot.Encode(got); err != nil || !bytes.Equal(b, wantSnap) {
+			t.Fatalf("pages of %d: the state read on differs from the one read at once (%v)", page, err)
+		}
 	}
+}
+
+// TestLoadStateTailSnapshotElsewhere: a snapshot whose state is at another
+// event than the store recorded it at (a store that kept a later save's
+// sequence, say) is read on from its state's own event, to the state read
+// with no snapshot; and a store that fails while the tail is read ahead
+// gives its error, with nothing left running.
+func TestLoadStateTailSnapshotElsewhere(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	sess, err := rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	mid, err := loadState(ctx, st, string(sess.ID))
+	must(t, err)
+	for i := range 4 {
+		if i%2 == 0 {
+			must(t, rt.Hold(ctx, sess.ID, &HoldParams{By: "test", Reason: "events"}))
+		} else {
+			must(t, rt.Resume(ctx, sess.ID, "test"))
+		}
+	}
+	st.FailWrites(errors.New("the process was killed")) // no snapshot at stop
+	must(t, rt.Close())
+	st.FailWrites(nil)
+	want, err := loadState(ctx, st, string(sess.ID))
+	must(t, err)
+	wantSnap, err := snapshot.Encode(want)
+	must(t, err)
+	data, err := snapshot.Encode(mid)
+	must(t, err)
+	for _, at := range []int64{mid.Seq - 1, mid.Seq + 2} {
+		pre := &store.Tail{Session: string(sess.ID), Snapshot: &store.Snapshot{Session: string(sess.ID), Seq: at, Data: data}}
+		got, tail, err := loadStateTailPaged(ctx, st, string(sess.ID), pre, 2)
+		must(t, err)
+		if b, err := snapshot.Encode(got); err != nil || !bytes.Equal(b, wantSnap) || tail.After != mid.Seq || tail.End != want.Seq {
+			t.Fatalf("snapshot of the state at %d recorded at %d: tail %d..%d, state the same: %v (%v); want tail %d..%d", mid.Seq, at, tail.After, tail.End, bytes.Equal(b, wantSnap), err, mid.Seq, want.Seq)
+		}
+	}
+	failing := &failingList{Store: st}
+	pre := &store.Tail{Session: string(sess.ID), Snapshot: &store.Snapshot{Session: string(sess.ID), Seq: mid.Seq, Data: data}}
+	if _, _, err := loadStateTailPaged(ctx, failing, string(sess.ID), pre, 1); !errors.Is(err, errListFailed) {
+		t.Fatalf("a failing EventList gave %v, want its error", err)
+	}
+}
+
+var errListFailed = errors.New("the store's disk went away")
+
+// failingList is a store whose second EventList call fails.
+type failingList struct {
+	*memstore.Store
+	calls atomic.Int64
+}
+
+func (s *failingList) EventList(ctx context.Context, p *store.EventListParams) ([]store.Record, error) {
+	if s.calls.Add(1) == 2 {
+		return nil, errListFailed
+	}
+	return s.Store.EventList(ctx, p)
 }
 
 // blockingTails blocks the second TailLoadMany call until its context

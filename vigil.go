@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -741,7 +742,18 @@ type logTail struct {
 // reads them otherwise. pre, when not nil, is the session's tail read
 // already (TailLoadMany: recoverAll reads a chunk of sessions' at once);
 // what it misses is read on from the store.
+//
+// The events after the snapshot are read and decoded beside the
+// snapshot's decoding, a page ahead of their application (readTail): a
+// long session's tail (up to one event per KiB of its snapshot) was
+// otherwise read, decoded and applied on one goroutine after it, while
+// the other processors waited.
 func loadStateTail(ctx context.Context, st store.Store, id string, pre *store.Tail) (*core.State, *logTail, error) {
+	return loadStateTailPaged(ctx, st, id, pre, eventPage)
+}
+
+// loadStateTailPaged is loadStateTail reading page events a call.
+func loadStateTailPaged(ctx context.Context, st store.Store, id string, pre *store.Tail, page int) (*core.State, *logTail, error) {
 	if pre == nil {
 		pre = &store.Tail{Session: id}
 		snap, err := st.SnapshotLoad(ctx, id)
@@ -753,6 +765,21 @@ func loadStateTail(ctx context.Context, st store.Store, id string, pre *store.Ta
 			return nil, nil, fmt.Errorf("load snapshot: %w", err)
 		}
 	}
+	var after int64
+	if pre.Snapshot != nil {
+		after = pre.Snapshot.Seq
+	}
+	// A tail read ahead stops when the load ends first (an error), and
+	// the load waits for it.
+	readCtx, cancel := context.WithCancel(ctx)
+	pages := make(chan tailPage, 1)
+	go readTail(readCtx, st, id, pre, after, page, pages)
+	defer func() {
+		cancel()
+		for range pages {
+		}
+	}()
+
 	s := core.NewState()
 	snapBytes := 0
 	if snap := pre.Snapshot; snap != nil {
@@ -761,38 +788,34 @@ func loadStateTail(ctx context.Context, st store.Store, id string, pre *store.Ta
 		}
 		snapBytes = len(snap.Data)
 	}
+	if s.Seq != after {
+		// The snapshot holds the state at another event than the store
+		// says: the tail is read again, from the store, after the state's.
+		cancel()
+		for range pages {
+		}
+		again, cancelAgain := context.WithCancel(ctx)
+		defer cancelAgain()
+		pages = make(chan tailPage, 1)
+		go readTail(again, st, id, &store.Tail{Session: id}, s.Seq, page, pages)
+	}
 	// The events are kept while they fit in one page (none read is an
 	// empty tail, not a missing one).
 	tail := &logTail{After: s.Seq, SnapBytes: snapBytes, Events: make([]core.Event, 0, len(pre.Records))}
 	keep := true
-	apply := func(recs []store.Record) error {
-		if keep = keep && len(tail.Events)+len(recs) < eventPage; !keep {
+	for p := range pages {
+		if p.err != nil {
+			return nil, nil, p.err
+		}
+		if keep = keep && len(tail.Events)+len(p.events) < page; !keep {
 			tail.Events = nil
 		}
-		for _, rec := range recs {
-			e, err := decodeEvent(rec)
-			if err != nil {
-				return err
-			}
+		for _, e := range p.events {
 			core.Apply(s, e)
-			if keep {
-				tail.Events = append(tail.Events, e)
-			}
 		}
-		return nil
-	}
-	if err := apply(pre.Records); err != nil {
-		return nil, nil, err
-	}
-	for done := pre.Complete; !done; {
-		recs, err := st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: s.Seq, Limit: eventPage})
-		if err != nil {
-			return nil, nil, fmt.Errorf("load events after %d: %w", s.Seq, err)
+		if keep {
+			tail.Events = append(tail.Events, p.events...)
 		}
-		if err := apply(recs); err != nil {
-			return nil, nil, err
-		}
-		done = len(recs) < eventPage
 	}
 	if s.Session.ID == "" {
 		return nil, nil, fmt.Errorf("session %s: %w", id, errNoSession)
@@ -801,10 +824,77 @@ func loadStateTail(ctx context.Context, st store.Store, id string, pre *store.Ta
 	return s, tail, nil
 }
 
+// tailPage is a page of a session's events, decoded, or why it could not
+// be read.
+type tailPage struct {
+	events []core.Event
+	err    error
+}
+
+// readTail sends the events of session id after seq after to pages, page
+// by page, decoded, and closes it: pre's records first, then, unless pre
+// is complete, pages of up to page events read from the store, each read
+// while the one before is applied. It stops at the first error, which it
+// sends, or when ctx ends.
+func readTail(ctx context.Context, st store.Store, id string, pre *store.Tail, after int64, page int, pages chan<- tailPage) {
+	defer close(pages)
+	send := func(p tailPage) bool {
+		select {
+		case pages <- p:
+			return p.err == nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	recs, done := pre.Records, pre.Complete
+	for {
+		events, err := decodeEvents(recs)
+		if !send(tailPage{events: events, err: err}) || done {
+			return
+		}
+		if len(recs) > 0 {
+			after = recs[len(recs)-1].Seq
+		}
+		recs, err = st.EventList(ctx, &store.EventListParams{Session: id, AfterSeq: after, Limit: page})
+		if err != nil {
+			send(tailPage{err: fmt.Errorf("load events after %d: %w", after, err)})
+			return
+		}
+		done = len(recs) < page
+	}
+}
+
+// decodeEvents decodes records' events, a large page's on every
+// processor.
+func decodeEvents(recs []store.Record) ([]core.Event, error) {
+	events := make([]core.Event, len(recs))
+	errs := make([]error, len(recs))
+	decode := func(from, to int) {
+		for i := from; i < to; i++ {
+			events[i], errs[i] = decodeEvent(recs[i])
+		}
+	}
+	if n := runtime.GOMAXPROCS(0); len(recs) < 1024 || n == 1 {
+		decode(0, len(recs))
+	} else {
+		var wg sync.WaitGroup
+		part := (len(recs) + n - 1) / n
+		for from := 0; from < len(recs); from += part {
+			wg.Go(func() { decode(from, min(from+part, len(recs))) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
+
 // eventPage is how many events loadStateTail reads a call.
 const eventPage = 10_000
 
-// DecodeEvent decodes a stored record into a core event.
 func decodeEvent(rec store.Record) (core.Event, error) {
 	body, err := core.DecodeBody(rec.Type, rec.Data)
 	if err != nil {
