@@ -101,7 +101,7 @@ func Generate(ctx context.Context, st store.Store, n int, snapshots bool) (strin
 			resp = chat.Response{Content: []chat.Block{chat.Text("worker result")}, StopReason: chat.StopEndTurn}
 		case round == 0:
 			for i := range 10 {
-				resp.Content = append(resp.Content, toolUse(fmt.Sprintf("s%d", i), "Agent", map[string]any{"prompt": "x", "name": fmt.Sprintf("w%d", i), "run_in_background": true}))
+				resp.Content = append(resp.Content, toolUse(fmt.Sprintf("s%d", i), "Agent", map[string]any{"prompt": fmt.Sprintf("work %d", i), "name": fmt.Sprintf("w%d", i), "run_in_background": true}))
 			}
 		case cm.Round == 1 && round%3 != 0:
 			for i := range 10 {
