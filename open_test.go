@@ -162,19 +162,7 @@ func TestOpenReadsTailsInChunks(t *testing.T) {
 func TestLoadStateTailReadsOn(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
-	rt := openWith(t, st, mustParse(t, idleScenario), nil)
-	sess, err := rt.CreateSession(ctx, &SessionParams{})
-	must(t, err)
-	for i := range 6 {
-		if i%2 == 0 {
-			must(t, rt.Hold(ctx, sess.ID, &HoldParams{By: "test", Reason: "events"}))
-		} else {
-			must(t, rt.Resume(ctx, sess.ID, "test"))
-		}
-	}
-	st.FailWrites(errors.New("the process was killed")) // no snapshot at stop
-	must(t, rt.Close())
-	st.FailWrites(nil)
+	sess, _ := crashedAfterInputs(t, st, 6)
 	want, wantTail, err := loadStateTail(ctx, st, string(sess.ID), nil)
 	must(t, err)
 	tails, err := st.TailLoadMany(ctx, &store.TailLoadManyParams{Sessions: []string{string(sess.ID)}, Limit: 2})
@@ -210,21 +198,7 @@ func TestLoadStateTailReadsOn(t *testing.T) {
 func TestLoadStateTailSnapshotElsewhere(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
-	rt := openWith(t, st, mustParse(t, idleScenario), nil)
-	sess, err := rt.CreateSession(ctx, &SessionParams{})
-	must(t, err)
-	mid, err := loadState(ctx, st, string(sess.ID))
-	must(t, err)
-	for i := range 4 {
-		if i%2 == 0 {
-			must(t, rt.Hold(ctx, sess.ID, &HoldParams{By: "test", Reason: "events"}))
-		} else {
-			must(t, rt.Resume(ctx, sess.ID, "test"))
-		}
-	}
-	st.FailWrites(errors.New("the process was killed")) // no snapshot at stop
-	must(t, rt.Close())
-	st.FailWrites(nil)
+	sess, mid := crashedAfterInputs(t, st, 4)
 	want, err := loadState(ctx, st, string(sess.ID))
 	must(t, err)
 	wantSnap, err := snapshot.Encode(want)
@@ -244,6 +218,31 @@ func TestLoadStateTailSnapshotElsewhere(t *testing.T) {
 	if _, _, err := loadStateTailPaged(ctx, failing, string(sess.ID), pre, 1); !errors.Is(err, errListFailed) {
 		t.Fatalf("a failing EventList gave %v, want its error", err)
 	}
+}
+
+// crashedAfterInputs creates a session on st, gives it n inputs (holds
+// and resumes, an event each) and stops its runtime as a crash would,
+// with no snapshot. It returns the session and its state before the
+// inputs.
+func crashedAfterInputs(t *testing.T, st *memstore.Store, n int) (*Session, *core.State) {
+	t.Helper()
+	ctx := context.Background()
+	rt := openWith(t, st, mustParse(t, idleScenario), nil)
+	sess, err := rt.CreateSession(ctx, &SessionParams{})
+	must(t, err)
+	before, err := loadState(ctx, st, string(sess.ID))
+	must(t, err)
+	for i := range n {
+		if i%2 == 0 {
+			must(t, rt.Hold(ctx, sess.ID, &HoldParams{By: "test", Reason: "events"}))
+		} else {
+			must(t, rt.Resume(ctx, sess.ID, "test"))
+		}
+	}
+	st.FailWrites(errors.New("the process was killed")) // no snapshot at stop
+	must(t, rt.Close())
+	st.FailWrites(nil)
+	return sess, before
 }
 
 var errListFailed = errors.New("the store's disk went away")
