@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -217,6 +219,30 @@ func TestLoadStateTailSnapshotElsewhere(t *testing.T) {
 	pre := &store.Tail{Session: string(sess.ID), Snapshot: &store.Snapshot{Session: string(sess.ID), Seq: mid.Seq, Data: data}}
 	if _, _, err := loadStateTailPaged(ctx, failing, string(sess.ID), pre, 1); !errors.Is(err, errListFailed) {
 		t.Fatalf("a failing EventList gave %v, want its error", err)
+	}
+}
+
+// TestDecodeEvents: a page large enough to be decoded on several
+// processors gives each record's event in its place, and the error of its
+// first record that does not decode.
+func TestDecodeEvents(t *testing.T) {
+	recs := make([]store.Record, 3001)
+	for i := range recs {
+		recs[i] = store.Record{Session: "s", Seq: int64(i + 1), Type: "hold.set", Data: []byte(fmt.Sprintf(`{"by":"u%d"}`, i))}
+	}
+	events, err := decodeEvents(recs)
+	must(t, err)
+	if len(events) != len(recs) {
+		t.Fatalf("%d events of %d records", len(events), len(recs))
+	}
+	for i, e := range events {
+		if h, ok := e.Body.(*core.HoldSet); !ok || e.Seq != recs[i].Seq || h.By != fmt.Sprintf("u%d", i) {
+			t.Fatalf("event %d: %+v (%+v), want hold.set by u%d at %d", i, e, e.Body, i, recs[i].Seq)
+		}
+	}
+	recs[2999].Data, recs[1500].Data = []byte("{"), []byte("{")
+	if _, err := decodeEvents(recs); err == nil || !strings.Contains(err.Error(), "s#1501") {
+		t.Fatalf("two records that do not decode gave %v, want the first one's error (s#1501)", err)
 	}
 }
 

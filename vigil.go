@@ -895,6 +895,7 @@ func decodeEvents(recs []store.Record) ([]core.Event, error) {
 // eventPage is how many events loadStateTail reads a call.
 const eventPage = 10_000
 
+// decodeEvent decodes a stored record into a core event.
 func decodeEvent(rec store.Record) (core.Event, error) {
 	body, err := core.DecodeBody(rec.Type, rec.Data)
 	if err != nil {
