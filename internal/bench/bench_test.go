@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/vigilrun/vigil/core"
+	"github.com/vigilrun/vigil/store"
 	"github.com/vigilrun/vigil/store/memstore"
 )
 
@@ -74,6 +76,44 @@ func TestRecoveryTakesOver(t *testing.T) {
 			t.Fatalf("generated %d events", last)
 		}
 		t.Logf("snapshot=%v: %d events recovered in %s", snap, last, s.Elapsed)
+	}
+}
+
+// TestGenerateMakesTenWorkers: the session Recovery takes over is the one
+// Generate's doc comment describes, a main agent and ten workers it
+// messages, none of its messages refused (with one prompt for all, the
+// core had refused nine workers as duplicates, and their messages went to
+// names that did not exist).
+func TestGenerateMakesTenWorkers(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	id, err := Generate(ctx, st, 3000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.EventList(ctx, &store.EventListParams{Session: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make([]core.Event, len(recs))
+	for i, r := range recs {
+		body, err := core.DecodeBody(r.Type, r.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events[i] = core.Event{Seq: r.Seq, At: r.At, Body: body}
+	}
+	s := core.Replay(events)
+	if len(s.Agents) != 11 {
+		t.Fatalf("%d agents, want main and ten workers", len(s.Agents))
+	}
+	if len(s.Msgs) == 0 {
+		t.Fatal("no messages")
+	}
+	for _, m := range s.Msgs {
+		if m.Outcome == core.OutcomeRejected {
+			t.Fatalf("message %s to %s rejected: %s", m.ID, m.To, m.Reason)
+		}
 	}
 }
 
